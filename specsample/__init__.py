@@ -1,0 +1,24 @@
+"""specsample: speculative sampling for JAX/Flax language models.
+
+from specsample import SamplingConfig, generate, speculative_generate
+"""
+
+from specsample.core.sampling import SamplingConfig
+from specsample.decoding import (
+  DecodingStats,
+  GenerationOutput,
+  NonFiniteLogitsError,
+  generate,
+  speculative_generate,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+  "DecodingStats",
+  "GenerationOutput",
+  "NonFiniteLogitsError",
+  "SamplingConfig",
+  "generate",
+  "speculative_generate",
+]

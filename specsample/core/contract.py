@@ -1,0 +1,80 @@
+"""The model contract: the one interface between the decoding loops and any model.
+
+A model is ONE object that carries its parameters (it is a pytree: pass it to `jax.jit`
+as an argument, its arrays are traced, its static settings are part of the program).
+The decoding loops call nothing but the members below; models know nothing about
+speculation.
+
+Cache semantics. A model state holds a per-row cache and `end_index[batch]`, the number
+of valid cache positions of each row. `extend` writes its k tokens at positions
+`end_index .. end_index + k - 1` of each row, attends causally to everything before
+them, returns the logits of all k positions, and advances each row's end index by that
+row's `num_valid` (0..k). Tokens written beyond `end_index + num_valid` are stale: they
+are ignored by later calls and overwritten. `rewind` only moves the end index (O(1),
+never copies the cache).
+
+The pending token. Logits at a position predict the token after it, so the decoder
+always holds back the last committed token: `init_state` consumes everything but that
+token and returns it. For a decoder-only model this is the last prompt token; for an
+encoder-decoder model it is the decoder start token (the encoder consumes the prompt).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+
+
+@runtime_checkable
+class ModelState(Protocol):
+  """Whatever a model keeps between calls; the decoder reads only `end_index`."""
+
+  end_index: jax.Array  # int32[batch]
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+  """What `generate` and `speculative_generate` need from a model."""
+
+  @property
+  def vocab_size(self) -> int: ...
+
+  @property
+  def eos_id(self) -> int | None:
+    """Token that ends a sequence (None: sequences end only at max_new_tokens)."""
+    ...
+
+  @property
+  def pad_id(self) -> int:
+    """Token that fills output positions after a sequence ended."""
+    ...
+
+  def init_state(
+    self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
+  ) -> tuple[Any, jax.Array]:
+    """Consumes the prompts and allocates room for `num_new_positions` more positions.
+
+    Args:
+      prompts: int32[batch, prompt_length], right-padded.
+      prompt_lengths: int32[batch], each in 1..prompt_length.
+      num_new_positions: static; how many positions `extend` may write after the state
+        returned here (the decoder includes its own slack).
+
+    Returns:
+      (state, pending_token int32[batch]). Must raise ValueError at trace time (shapes
+      are static) when the cache cannot hold prompt_length + num_new_positions.
+    """
+    ...
+
+  def extend(self, state: Any, tokens: jax.Array, num_valid: jax.Array) -> tuple[jax.Array, Any]:
+    """Appends tokens int32[batch, k] at each row's end index.
+
+    Returns (logits float[batch, k, vocab], state); each row's end index advances by
+    its num_valid (int32[batch], 0..k).
+    """
+    ...
+
+  def rewind(self, state: Any, end_index: jax.Array) -> Any:
+    """Sets each row's end index (int32[batch]); O(1)."""
+    ...

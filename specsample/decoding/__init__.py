@@ -1,0 +1,13 @@
+"""The compiled decoding loops. They know models only through the model contract."""
+
+from specsample.decoding.autoregressive import generate
+from specsample.decoding.outputs import DecodingStats, GenerationOutput, NonFiniteLogitsError
+from specsample.decoding.speculative import speculative_generate
+
+__all__ = [
+  "DecodingStats",
+  "GenerationOutput",
+  "NonFiniteLogitsError",
+  "generate",
+  "speculative_generate",
+]

@@ -1,0 +1,140 @@
+"""Plain autoregressive decoding: the baseline, as one compiled `lax.while_loop`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specsample.core.contract import LanguageModel
+from specsample.core.sampling import SamplingConfig
+from specsample.decoding.commit import bad_logits, commit, draw
+from specsample.decoding.inputs import (
+  check_model,
+  check_positive_int,
+  check_sampling,
+  make_key,
+  prepare_prompts,
+)
+from specsample.decoding.outputs import DecodingStats, GenerationOutput, raise_on_nonfinite
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoregressiveSettings:
+  """Static settings: changing any of them compiles a new program."""
+
+  max_new_tokens: int
+  sampling: SamplingConfig
+
+
+@struct.dataclass(kw_only=True)
+class AutoregressiveLoopState:
+  model_state: Any  # the model's cache; holds everything before `last_token`
+  last_token: jax.Array  # int32[batch]: committed, not yet fed to the model
+  tokens: jax.Array  # int32[batch, max_new_tokens]
+  lengths: jax.Array  # int32[batch]
+  done: jax.Array  # bool[batch]
+  nonfinite: jax.Array  # bool[batch]: the model's logits went bad in this row
+  steps: jax.Array  # int32[]: batched forward passes so far
+  iterations: jax.Array  # int32[batch]: forward passes each row took part in
+  key: jax.Array
+
+
+def _generate_loop(
+  model: LanguageModel,
+  prompts: jax.Array,
+  prompt_lengths: jax.Array,
+  key: jax.Array,
+  settings: AutoregressiveSettings,
+) -> tuple[GenerationOutput, jax.Array]:
+  batch = prompts.shape[0]
+  model_state, pending = model.init_state(prompts, prompt_lengths, settings.max_new_tokens)
+  init = AutoregressiveLoopState(
+    model_state=model_state,
+    last_token=pending,
+    tokens=jnp.full((batch, settings.max_new_tokens), model.pad_id, jnp.int32),
+    lengths=jnp.zeros((batch,), jnp.int32),
+    done=jnp.zeros((batch,), bool),
+    nonfinite=jnp.zeros((batch,), bool),
+    steps=jnp.zeros((), jnp.int32),
+    iterations=jnp.zeros((batch,), jnp.int32),
+    key=key,
+  )
+
+  def step(s: AutoregressiveLoopState) -> AutoregressiveLoopState:
+    key, sample_key = jax.random.split(s.key)
+    active = ~s.done  # [batch]
+    num_valid = active.astype(jnp.int32)
+    logits, model_state = model.extend(s.model_state, s.last_token[:, None], num_valid)
+    nonfinite = s.nonfinite | bad_logits(logits, num_valid)  # logits: [batch, 1, vocab]
+    token, _ = draw(sample_key, logits[:, 0], settings.sampling)  # [batch]
+    tokens, lengths, done = commit(
+      s.tokens, s.lengths, s.done | nonfinite, token[:, None], num_valid, eos_id=model.eos_id
+    )
+    return s.replace(
+      model_state=model_state,
+      last_token=jnp.where(active, token, s.last_token),
+      tokens=tokens,
+      lengths=lengths,
+      done=done,
+      nonfinite=nonfinite,
+      steps=s.steps + 1,
+      iterations=s.iterations + num_valid,
+      key=key,
+    )
+
+  final = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, init)
+  zeros = jnp.zeros((batch,), jnp.int32)
+  stats = DecodingStats(
+    target_calls=final.steps,
+    draft_calls=jnp.zeros((), jnp.int32),
+    iterations=final.iterations,
+    drafted=zeros,
+    accepted=zeros,
+    rejected=zeros,
+    accepted_histogram=jnp.sum(final.iterations, keepdims=True),
+  )
+  output = GenerationOutput(tokens=final.tokens, lengths=final.lengths, stats=stats)
+  return output, final.nonfinite
+
+
+_generate_compiled = jax.jit(_generate_loop, static_argnames=("settings",))
+
+
+def generate(
+  model: LanguageModel,
+  prompts,
+  *,
+  max_new_tokens: int,
+  sampling: SamplingConfig | None = None,
+  seed: int | jax.Array = 0,
+  prompt_lengths=None,
+) -> GenerationOutput:
+  """Autoregressive decoding of `model`: one forward pass per generated token.
+
+  Args:
+    model: any object implementing the model contract (it carries its parameters).
+    prompts: int[batch, prompt_length] (with optional `prompt_lengths`), or a list of
+      token lists of any lengths (right-padded here).
+    max_new_tokens: tokens to generate per row at most (rows also end at EOS).
+    sampling: temperature / top-k / top-p; default temperature 1. Temperature 0 = greedy.
+    seed: int or jax PRNG key. The same seed gives the same output.
+
+  Returns:
+    GenerationOutput with tokens int32[batch, max_new_tokens] (pad after each row's end),
+    lengths int32[batch] and DecodingStats.
+  """
+  check_model("target", model)
+  settings = AutoregressiveSettings(
+    max_new_tokens=check_positive_int("max_new_tokens", max_new_tokens),
+    sampling=check_sampling(sampling),
+  )
+  prompts, prompt_lengths = prepare_prompts(
+    prompts, prompt_lengths, vocab_size=model.vocab_size, pad_id=model.pad_id
+  )
+  output, nonfinite = _generate_compiled(model, prompts, prompt_lengths, make_key(seed), settings)
+  raise_on_nonfinite({"model": nonfinite})
+  return output

@@ -1,0 +1,72 @@
+"""Pieces both loops share: drawing tokens, committing them, guarding against bad logits."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from specsample.core.sampling import (
+  SamplingConfig,
+  logits_to_probs,
+  nonfinite_logits,
+  sample_from_probs,
+)
+
+
+def draw(
+  key: jax.Array, logits: jax.Array, sampling: SamplingConfig
+) -> tuple[jax.Array, jax.Array]:
+  """Processes logits and draws a token.  [batch, vocab] -> (int32[batch], probs[batch, vocab])."""
+  probs = logits_to_probs(logits, sampling)
+  if sampling.is_greedy:
+    return jnp.argmax(probs, axis=-1).astype(jnp.int32), probs
+  return sample_from_probs(key, probs), probs
+
+
+def bad_logits(logits: jax.Array, num_valid: jax.Array) -> jax.Array:
+  """Rows with unusable logits among their first num_valid positions.
+
+  logits [batch, k, vocab], num_valid int32[batch] -> bool[batch]
+  """
+  positions = jnp.arange(logits.shape[1])[None, :]  # [1, k]
+  return jnp.any(nonfinite_logits(logits) & (positions < num_valid[:, None]), axis=1)
+
+
+def commit(
+  tokens: jax.Array,
+  lengths: jax.Array,
+  done: jax.Array,
+  candidates: jax.Array,
+  num_candidates: jax.Array,
+  *,
+  eos_id: int | None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Appends each unfinished row's first candidates to its output; ends rows at EOS or full.
+
+  Args:
+    tokens: int32[batch, max_new_tokens] output buffer (pad after each row's length).
+    lengths: int32[batch] tokens generated so far.
+    done: bool[batch] rows that already ended (they are left untouched).
+    candidates: int32[batch, k] tokens to append, in order.
+    num_candidates: int32[batch] how many of them are real (0..k).
+    eos_id: a row ends right after its first EOS; None disables.
+
+  Returns:
+    (tokens, lengths, done) after the commit.
+  """
+  batch, max_new_tokens = tokens.shape
+  offsets = jnp.arange(candidates.shape[1], dtype=jnp.int32)[None, :]  # [1, k]
+  keep = (offsets < num_candidates[:, None]) & ~done[:, None]  # [batch, k]
+  ends_row = jnp.zeros_like(keep)
+  if eos_id is not None:
+    is_eos = (candidates == eos_id) & keep
+    after_eos = (jnp.cumsum(is_eos, axis=1) - is_eos) > 0  # an EOS came strictly earlier
+    keep &= ~after_eos
+    ends_row = is_eos & keep
+  positions = lengths[:, None] + offsets  # [batch, k]
+  keep &= positions < max_new_tokens
+  rows = jnp.arange(batch)[:, None]
+  tokens = tokens.at[rows, jnp.where(keep, positions, max_new_tokens)].set(candidates, mode="drop")
+  lengths = lengths + jnp.sum(keep, axis=1, dtype=jnp.int32)
+  done = done | jnp.any(ends_row & keep, axis=1) | (lengths >= max_new_tokens)
+  return tokens, lengths, done

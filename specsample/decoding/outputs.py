@@ -1,0 +1,88 @@
+"""What both decoding loops return: tokens, lengths and statistics."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from flax import struct
+
+
+class NonFiniteLogitsError(FloatingPointError):
+  """A model produced NaN or +inf logits (or only -inf) where a token was needed."""
+
+
+def raise_on_nonfinite(flags_by_model: dict[str, jax.Array]) -> None:
+  """Raises NonFiniteLogitsError naming the model and rows whose logits went bad.
+
+  flags_by_model maps a model's role ("target", "draft") to bool[batch]. The loops stop
+  a row at its first bad logits, so no token was ever drawn from them.
+  """
+  problems = []
+  for role, flags in flags_by_model.items():
+    rows = np.flatnonzero(np.asarray(flags))
+    if rows.size:
+      problems.append(f"the {role} model gave NaN/inf logits in batch rows {rows.tolist()}")
+  if problems:
+    raise NonFiniteLogitsError(
+      "; ".join(problems) + ". No tokens were drawn from them; check the model's weights "
+      "and inputs (e.g. float16 overflow, a corrupt checkpoint)."
+    )
+
+
+@struct.dataclass(kw_only=True)
+class DecodingStats:
+  """Counters of one decoding run. Speculative and autoregressive runs share this type.
+
+  A row takes part in an iteration while it is not finished; each iteration is one
+  batched target call (and, when speculating, gamma draft calls).
+  """
+
+  target_calls: jax.Array  # int32[]: batched target forward passes
+  draft_calls: jax.Array  # int32[]: batched draft forward passes
+  iterations: jax.Array  # int32[batch]: target calls each row took part in
+  drafted: jax.Array  # int32[batch]: draft tokens proposed to each row
+  accepted: jax.Array  # int32[batch]: draft tokens accepted in each row
+  rejected: jax.Array  # int32[batch]: iterations that stopped at a rejected draft token
+  accepted_histogram: jax.Array  # int32[gamma + 1]: row-iterations with n accepted
+
+  @property
+  def alpha(self) -> float:
+    """Acceptance rate: accepted / verified draft tokens (NaN if nothing was drafted).
+
+    A draft token is verified when it was accepted or was the one rejected; tokens after
+    a rejection are never looked at. For token-wise verification this estimates the
+    paper's alpha = E[sum_x min(p, q)] without the bias of accepted / drafted.
+    """
+    accepted = int(np.sum(self.accepted))
+    verified = accepted + int(np.sum(self.rejected))
+    return accepted / verified if verified else float("nan")
+
+  @property
+  def acceptance_ratio(self) -> float:
+    """Accepted / drafted draft tokens (NaN if nothing was drafted)."""
+    drafted = int(np.sum(self.drafted))
+    return int(np.sum(self.accepted)) / drafted if drafted else float("nan")
+
+  @property
+  def tokens_per_target_call(self) -> float:
+    """E[n + 1] over row-iterations: tokens a row gains per target call (1 when plain).
+
+    Counts verification output before truncation at EOS / max_new_tokens, so it measures
+    the rule, not where the text happened to stop.
+    """
+    iterations = int(np.sum(self.iterations))
+    if not iterations:
+      return float("nan")
+    return (int(np.sum(self.accepted)) + iterations) / iterations
+
+
+@struct.dataclass(kw_only=True)
+class GenerationOutput:
+  tokens: jax.Array  # int32[batch, max_new_tokens], pad_id after each row's end
+  lengths: jax.Array  # int32[batch]: generated tokens per row, EOS included
+  stats: DecodingStats
+
+  def sequences(self) -> list[list[int]]:
+    """Each row's generated tokens as a Python list, without padding."""
+    tokens, lengths = np.asarray(self.tokens), np.asarray(self.lengths)
+    return [row[:length].tolist() for row, length in zip(tokens, lengths, strict=True)]

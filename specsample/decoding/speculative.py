@@ -1,0 +1,281 @@
+"""Speculative sampling as one compiled `lax.while_loop` (Leviathan et al. 2023, Alg. 1).
+
+Each iteration, for every unfinished row of the batch at once:
+  1. Draft: gamma autoregressive draft steps give x_1..x_gamma and p_1..p_gamma.
+  2. Target: ONE multi-token call over [last, x_1..x_gamma] gives q_1..q_{gamma+1}.
+  3. Verify (core.verification): n accepted tokens and the next token y per row.
+  4. Commit x_1..x_n, y to the output buffer; rows end at EOS or max_new_tokens.
+  5. Rewind both caches to the committed prefix (only end indices move).
+
+Invariants between iterations (per row):
+  - the target cache holds every committed token but `last_token`;
+  - the draft cache lags by one or two committed tokens, `draft_pending`: it never saw
+    y, nor x_gamma when all gamma were accepted. Step 1 catches up on them with one
+    multi-token extend whose logits at the last pending token give p_1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specsample.core.contract import LanguageModel
+from specsample.core.sampling import SamplingConfig, logits_to_probs
+from specsample.core.verification import VERIFICATION_RULES, VerificationRule, verify
+from specsample.decoding.commit import bad_logits, commit, draw
+from specsample.decoding.inputs import (
+  check_model,
+  check_positive_int,
+  check_sampling,
+  make_key,
+  prepare_prompts,
+)
+from specsample.decoding.outputs import DecodingStats, GenerationOutput, raise_on_nonfinite
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculativeSettings:
+  """Static settings: changing any of them compiles a new program."""
+
+  gamma: int
+  max_new_tokens: int
+  sampling: SamplingConfig
+  rule: str | VerificationRule  # "token", "block", "greedy", or a custom rule
+
+
+@struct.dataclass(kw_only=True)
+class SpeculativeLoopState:
+  target_state: Any  # target cache: every committed token but last_token
+  draft_state: Any  # draft cache: every committed token but the draft_pending ones
+  last_token: jax.Array  # int32[batch]
+  draft_pending: jax.Array  # int32[batch, 2]: committed tokens the draft has not seen
+  draft_num_pending: jax.Array  # int32[batch]: 1 or 2
+  tokens: jax.Array  # int32[batch, max_new_tokens]
+  lengths: jax.Array  # int32[batch]
+  done: jax.Array  # bool[batch]
+  target_nonfinite: jax.Array  # bool[batch]
+  draft_nonfinite: jax.Array  # bool[batch]
+  key: jax.Array
+  # statistics
+  iterations: jax.Array  # int32[]: loop iterations = batched target calls
+  row_iterations: jax.Array  # int32[batch]
+  accepted: jax.Array  # int32[batch]
+  rejected: jax.Array  # int32[batch]
+  accepted_histogram: jax.Array  # int32[gamma + 1]
+
+
+def _draft_block(
+  draft: LanguageModel,
+  s: SpeculativeLoopState,
+  active: jax.Array,
+  key: jax.Array,
+  settings: SpeculativeSettings,
+) -> tuple[jax.Array, jax.Array, Any, jax.Array]:
+  """Step 1: catch up on pending tokens, then draw gamma tokens from the draft.
+
+  Returns draft tokens int32[batch, gamma], their distributions float32[batch, gamma,
+  vocab], the draft state (it has seen x_1..x_{gamma-1}) and bool[batch] bad-logit flags.
+  """
+  step_keys = jax.random.split(key, settings.gamma)
+  one = active.astype(jnp.int32)  # [batch]: 1 for rows that advance
+  catch_up = jnp.where(active, s.draft_num_pending, 0)
+  logits, draft_state = draft.extend(s.draft_state, s.draft_pending, catch_up)  # [batch, 2, vocab]
+  nonfinite = bad_logits(logits, catch_up)
+  last_pending = jnp.maximum(s.draft_num_pending - 1, 0)
+  first_logits = jnp.take_along_axis(logits, last_pending[:, None, None], axis=1)[:, 0]
+  token, probs = draw(step_keys[0], first_logits, settings.sampling)  # x_1, p_1
+
+  def draft_step(carry, step_key):
+    draft_state, token, nonfinite = carry
+    logits, draft_state = draft.extend(draft_state, token[:, None], one)  # [batch, 1, vocab]
+    nonfinite = nonfinite | bad_logits(logits, one)
+    next_token, probs = draw(step_key, logits[:, 0], settings.sampling)
+    return (draft_state, next_token, nonfinite), (next_token, probs)
+
+  (draft_state, _, nonfinite), (rest_tokens, rest_probs) = jax.lax.scan(
+    draft_step, (draft_state, token, nonfinite), step_keys[1:]
+  )  # rest_tokens: [gamma - 1, batch], rest_probs: [gamma - 1, batch, vocab]
+  tokens = jnp.concatenate([token[:, None], rest_tokens.T], axis=1)  # [batch, gamma]
+  probs = jnp.concatenate([probs[:, None], jnp.moveaxis(rest_probs, 0, 1)], axis=1)
+  return tokens, probs, draft_state, nonfinite & active
+
+
+def _speculative_loop(
+  target: LanguageModel,
+  draft: LanguageModel,
+  prompts: jax.Array,
+  prompt_lengths: jax.Array,
+  key: jax.Array,
+  settings: SpeculativeSettings,
+) -> tuple[GenerationOutput, dict[str, jax.Array]]:
+  gamma = settings.gamma
+  batch = prompts.shape[0]
+  num_new_positions = settings.max_new_tokens + gamma + 1  # room for a full block at the end
+  target_state, pending = target.init_state(prompts, prompt_lengths, num_new_positions)
+  draft_state, draft_pending = draft.init_state(prompts, prompt_lengths, num_new_positions)
+  zeros = jnp.zeros((batch,), jnp.int32)
+  init = SpeculativeLoopState(
+    target_state=target_state,
+    draft_state=draft_state,
+    last_token=pending,
+    draft_pending=jnp.stack([draft_pending, jnp.full_like(draft_pending, target.pad_id)], 1),
+    draft_num_pending=jnp.ones((batch,), jnp.int32),
+    tokens=jnp.full((batch, settings.max_new_tokens), target.pad_id, jnp.int32),
+    lengths=zeros,
+    done=jnp.zeros((batch,), bool),
+    target_nonfinite=jnp.zeros((batch,), bool),
+    draft_nonfinite=jnp.zeros((batch,), bool),
+    key=key,
+    iterations=jnp.zeros((), jnp.int32),
+    row_iterations=zeros,
+    accepted=zeros,
+    rejected=zeros,
+    accepted_histogram=jnp.zeros((gamma + 1,), jnp.int32),
+  )
+
+  def iteration(s: SpeculativeLoopState) -> SpeculativeLoopState:
+    key, draft_key, verify_key = jax.random.split(s.key, 3)
+    active = ~s.done  # [batch]
+    target_end = s.target_state.end_index  # [batch]
+    draft_end = s.draft_state.end_index  # [batch]
+
+    # 1. Draft gamma tokens.  x: [batch, gamma], p: [batch, gamma, vocab]
+    x, p, draft_state, draft_bad = _draft_block(draft, s, active, draft_key, settings)
+
+    # 2. Score [last, x_1..x_gamma] with ONE target call.  q: [batch, gamma + 1, vocab]
+    target_tokens = jnp.concatenate([s.last_token[:, None], x], axis=1)
+    num_scored = jnp.where(active, gamma + 1, 0)
+    target_logits, target_state = target.extend(s.target_state, target_tokens, num_scored)
+    target_bad = bad_logits(target_logits, num_scored) & active
+    q = logits_to_probs(target_logits, settings.sampling)
+
+    # 3. Verify: n accepted draft tokens and the next token y.  [batch] each
+    n, y = verify(settings.rule, verify_key, x, p, q)
+
+    # 4. Commit x_1..x_n, y (rows with bad logits commit nothing and stop).
+    offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
+    x_then_y = jnp.where(offsets == n[:, None], y[:, None], jnp.pad(x, ((0, 0), (0, 1))))
+    stopped = s.done | target_bad | draft_bad
+    tokens, lengths, done = commit(
+      s.tokens, s.lengths, stopped, x_then_y, n + 1, eos_id=target.eos_id
+    )
+
+    # 5. Rewind. The target keeps last, x_1..x_n (y is pending); the draft saw
+    #    x_1..x_{gamma-1}, so it keeps x_1..x_min(n, gamma-1) and owes y (and x_gamma).
+    all_accepted = n == gamma
+    target_state = target.rewind(target_state, jnp.where(active, target_end + n + 1, target_end))
+    draft_kept = draft_end + s.draft_num_pending + jnp.minimum(n, gamma - 1)
+    draft_state = draft.rewind(draft_state, jnp.where(active, draft_kept, draft_end))
+    pending_if_all = jnp.stack([x[:, -1], y], axis=1)
+    pending_if_not = jnp.stack([y, jnp.full_like(y, target.pad_id)], axis=1)
+    new_pending = jnp.where(all_accepted[:, None], pending_if_all, pending_if_not)
+
+    counted = active & ~(target_bad | draft_bad)  # [batch]: row-iterations in the statistics
+    return s.replace(
+      target_state=target_state,
+      draft_state=draft_state,
+      last_token=jnp.where(active, y, s.last_token),
+      draft_pending=jnp.where(active[:, None], new_pending, s.draft_pending),
+      draft_num_pending=jnp.where(active, jnp.where(all_accepted, 2, 1), s.draft_num_pending),
+      tokens=tokens,
+      lengths=lengths,
+      done=done,
+      target_nonfinite=s.target_nonfinite | target_bad,
+      draft_nonfinite=s.draft_nonfinite | draft_bad,
+      key=key,
+      iterations=s.iterations + 1,
+      row_iterations=s.row_iterations + counted,
+      accepted=s.accepted + jnp.where(counted, n, 0),
+      rejected=s.rejected + (counted & ~all_accepted),
+      accepted_histogram=s.accepted_histogram
+      + jnp.sum(jax.nn.one_hot(n, gamma + 1, dtype=jnp.int32) * counted[:, None], axis=0),
+    )
+
+  final = jax.lax.while_loop(lambda s: ~jnp.all(s.done), iteration, init)
+  stats = DecodingStats(
+    target_calls=final.iterations,
+    draft_calls=final.iterations * gamma,
+    iterations=final.row_iterations,
+    drafted=final.row_iterations * gamma,
+    accepted=final.accepted,
+    rejected=final.rejected,
+    accepted_histogram=final.accepted_histogram,
+  )
+  output = GenerationOutput(tokens=final.tokens, lengths=final.lengths, stats=stats)
+  return output, {"target": final.target_nonfinite, "draft": final.draft_nonfinite}
+
+
+_speculative_compiled = jax.jit(_speculative_loop, static_argnames=("settings",))
+
+
+def speculative_generate(
+  target: LanguageModel,
+  draft: LanguageModel,
+  prompts,
+  *,
+  gamma: int = 4,
+  max_new_tokens: int,
+  sampling: SamplingConfig | None = None,
+  verification: str | VerificationRule = "token",
+  seed: int | jax.Array = 0,
+  prompt_lengths=None,
+) -> GenerationOutput:
+  """Speculative sampling: the output is distributed exactly as `generate(target, ...)`.
+
+  Args:
+    target: the model whose distribution the output follows (model contract).
+    draft: the cheaper model that proposes tokens; same vocabulary as the target.
+    prompts: int[batch, prompt_length] (with optional `prompt_lengths`), or a list of
+      token lists of any lengths.
+    gamma: draft tokens proposed per iteration (static).
+    max_new_tokens: tokens to generate per row at most (rows also end at the target's EOS).
+    sampling: temperature / top-k / top-p, applied identically to draft and target.
+      Temperature 0 decodes greedily and then equals greedy `generate` token for token.
+    verification: "token" (Leviathan et al. Alg. 1) or "block" (Sun et al. 2024); with
+      temperature 0 both reduce to "greedy", which may also be named directly. A
+      callable `(key, draft_tokens, draft_probs, target_probs) -> Verdict` plugs in a
+      rule of your own (it is static: pass the same function object to reuse the
+      compiled program); check its exactness with `MarkovLM.exact_distribution`.
+    seed: int or jax PRNG key. The same seed gives the same output.
+
+  Returns:
+    GenerationOutput: tokens int32[batch, max_new_tokens] (pad after each row's end),
+    lengths int32[batch], DecodingStats (alpha, tokens_per_target_call, histogram, ...).
+  """
+  check_model("target", target)
+  check_model("draft", draft)
+  if draft.vocab_size != target.vocab_size:
+    raise ValueError(
+      f"draft and target must share a vocabulary: draft vocab_size={draft.vocab_size}, "
+      f"target vocab_size={target.vocab_size}"
+    )
+  gamma = check_positive_int("gamma", gamma)
+  sampling = check_sampling(sampling)
+  if not callable(verification) and verification not in VERIFICATION_RULES:
+    raise ValueError(
+      f"unknown verification {verification!r}; expected one of {VERIFICATION_RULES} "
+      "or a callable rule"
+    )
+  if verification == "greedy" and not sampling.is_greedy:
+    raise ValueError(
+      "verification='greedy' is only exact at temperature 0; use 'token' or 'block' "
+      f"for temperature {sampling.temperature}"
+    )
+  settings = SpeculativeSettings(
+    gamma=gamma,
+    max_new_tokens=check_positive_int("max_new_tokens", max_new_tokens),
+    sampling=sampling,
+    rule="greedy" if sampling.is_greedy and not callable(verification) else verification,
+  )
+  prompts, prompt_lengths = prepare_prompts(
+    prompts, prompt_lengths, vocab_size=target.vocab_size, pad_id=target.pad_id
+  )
+  output, nonfinite = _speculative_compiled(
+    target, draft, prompts, prompt_lengths, make_key(seed), settings
+  )
+  raise_on_nonfinite(nonfinite)
+  return output

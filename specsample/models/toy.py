@@ -1,0 +1,161 @@
+"""`MarkovLM`: a Markov-chain language model behind the model contract.
+
+Its next-token logits are a lookup in a table indexed by the previous `order` tokens
+(order 1: a `[vocab, vocab]` bigram table, row = previous token). It keeps a real, if
+trivial, cache: the tokens fed so far, written at each row's own end index and read
+back to form the context, so a decoder that rewinds or catches up wrongly gets wrong
+logits. Its exact sequence distribution is computable (`exact_distribution`), which is
+what lets tests prove that speculative sampling is lossless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from specsample.core.sampling import SamplingConfig, logits_to_probs
+
+# Context positions before the start of a sequence read as this token (order >= 2).
+_BEFORE_START_TOKEN = 0
+
+
+@struct.dataclass
+class MarkovState:
+  tokens: jax.Array  # int32[batch, capacity]: every token fed so far, per row
+  end_index: jax.Array  # int32[batch]: valid positions per row
+
+
+@struct.dataclass
+class MarkovLM:
+  """Markov LM of order `logits_table.ndim - 1`.
+
+  Attributes:
+    logits_table: float[vocab, ..., vocab]; entry [t_{-order}, ..., t_{-1}] holds the
+      logits of the next token.
+    eos_id: token that ends a sequence, or None.
+    pad_id: token that fills outputs after EOS.
+    max_length: cache capacity (prompt + generated positions) a state may have.
+  """
+
+  logits_table: jax.Array
+  eos_id: int | None = struct.field(pytree_node=False, default=None)
+  pad_id: int = struct.field(pytree_node=False, default=0)
+  max_length: int = struct.field(pytree_node=False, default=512)
+
+  def __post_init__(self):
+    shape = getattr(self.logits_table, "shape", None)
+    if shape is None:  # a placeholder leaf inside a JAX tree transformation
+      return
+    if len(shape) < 2 or len(set(shape)) != 1:
+      raise ValueError(f"logits_table must be [vocab] * (order + 1), got shape {shape}")
+    for name, token in (("eos_id", self.eos_id), ("pad_id", self.pad_id)):
+      if token is not None and not 0 <= token < shape[-1]:
+        raise ValueError(f"{name}={token} is outside the vocabulary of size {shape[-1]}")
+
+  @classmethod
+  def random(
+    cls,
+    seed: int,
+    vocab_size: int,
+    *,
+    order: int = 1,
+    scale: float = 2.0,
+    eos_id: int | None = None,
+    max_length: int = 512,
+  ) -> MarkovLM:
+    """A model with i.i.d. normal logits of standard deviation `scale`."""
+    shape = (vocab_size,) * (order + 1)
+    table = scale * jax.random.normal(jax.random.key(seed), shape, jnp.float32)
+    return cls(table, eos_id=eos_id, max_length=max_length)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.logits_table.shape[-1]
+
+  @property
+  def order(self) -> int:
+    return self.logits_table.ndim - 1
+
+  # ----- the model contract ------------------------------------------------------------
+
+  def init_state(
+    self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
+  ) -> tuple[MarkovState, jax.Array]:
+    batch, prompt_length = prompts.shape
+    capacity = prompt_length + num_new_positions
+    if capacity > self.max_length:
+      raise ValueError(
+        f"MarkovLM cache too small: prompts of length {prompt_length} plus "
+        f"{num_new_positions} positions for generation need {capacity} positions, "
+        f"but max_length is {self.max_length}"
+      )
+    tokens = jnp.zeros((batch, capacity), jnp.int32).at[:, :prompt_length].set(prompts)
+    last = prompt_lengths.astype(jnp.int32) - 1  # [batch]
+    pending = jnp.take_along_axis(prompts, last[:, None], axis=1)[:, 0].astype(jnp.int32)
+    return MarkovState(tokens=tokens, end_index=last), pending
+
+  def extend(
+    self, state: MarkovState, tokens: jax.Array, num_valid: jax.Array
+  ) -> tuple[jax.Array, MarkovState]:
+    batch, k = tokens.shape
+    positions = state.end_index[:, None] + jnp.arange(k, dtype=jnp.int32)  # [batch, k]
+    rows = jnp.arange(batch)[:, None]  # [batch, 1]
+    cache = state.tokens.at[rows, positions].set(tokens.astype(jnp.int32), mode="drop")
+    context = []  # order x [batch, k]: t_{-order} .. t_{-1} of each position, from the cache
+    for back in range(self.order - 1, -1, -1):
+      source = positions - back
+      read = jnp.take_along_axis(cache, jnp.maximum(source, 0), axis=1)
+      context.append(jnp.where(source >= 0, read, _BEFORE_START_TOKEN))
+    logits = self.logits_table[tuple(context)]  # [batch, k, vocab]
+    end_index = state.end_index + num_valid.astype(jnp.int32)
+    return logits, MarkovState(tokens=cache, end_index=end_index)
+
+  def rewind(self, state: MarkovState, end_index: jax.Array) -> MarkovState:
+    return state.replace(end_index=end_index.astype(jnp.int32))
+
+  # ----- exact distributions, for tests and analysis -------------------------------------
+
+  def next_token_probs(self, sampling: SamplingConfig) -> np.ndarray:
+    """The processed next-token distribution of every context.  -> float64[vocab]*(order+1)."""
+    return np.asarray(logits_to_probs(self.logits_table, sampling), dtype=np.float64)
+
+  def exact_distribution(
+    self, prompt: Sequence[int], max_new_tokens: int, sampling: SamplingConfig
+  ) -> dict[tuple[int, ...], float]:
+    """Probability of every output the decoder can return for one prompt.
+
+    Outputs are tuples of `max_new_tokens` tokens, padded with `pad_id` after EOS,
+    exactly as `generate` returns them. Entries with probability 0 are omitted.
+    """
+    if not prompt:
+      raise ValueError("prompt must hold at least one token")
+    probs = self.next_token_probs(sampling)
+    vocab, order = self.vocab_size, self.order
+    start = [_BEFORE_START_TOKEN] * order + [int(t) for t in prompt]
+    # Breadth-first over outputs: (tokens so far, probability, ended).
+    frontier = [((), 1.0, False)]
+    for _ in range(max_new_tokens):
+      grown = []
+      for output, prob, ended in frontier:
+        if ended:
+          grown.append((output + (self.pad_id,), prob, True))
+          continue
+        context = (start + list(output))[-order:]
+        for token, p in zip(range(vocab), probs[tuple(context)], strict=True):
+          if p > 0:
+            grown.append((output + (token,), prob * p, token == self.eos_id))
+      frontier = grown
+    distribution: dict[tuple[int, ...], float] = {}
+    for output, prob, _ in frontier:
+      distribution[output] = distribution.get(output, 0.0) + prob
+    return distribution
+
+  def analytic_alpha(self, draft: MarkovLM, sampling: SamplingConfig) -> np.ndarray:
+    """sum_x min(p, q) for every context.  -> float64[vocab]*order (needs the same order)."""
+    if draft.logits_table.shape != self.logits_table.shape:
+      raise ValueError("analytic_alpha needs a draft of the same vocabulary and order")
+    return np.minimum(draft.next_token_probs(sampling), self.next_token_probs(sampling)).sum(-1)
