@@ -10,8 +10,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from specsample.core.contract import LanguageModel
-from specsample.core.sampling import SamplingConfig
-from specsample.decoding.commit import bad_logits, commit, draw
+from specsample.core.sampling import SamplingConfig, nonfinite_logits
+from specsample.decoding.commit import commit, draw
 from specsample.decoding.inputs import (
   check_model,
   check_positive_int,
@@ -69,7 +69,7 @@ def _generate_loop(
     active = ~s.done  # [batch]
     num_valid = active.astype(jnp.int32)
     logits, model_state = model.extend(s.model_state, s.last_token[:, None], num_valid)
-    nonfinite = s.nonfinite | bad_logits(logits, num_valid)  # logits: [batch, 1, vocab]
+    nonfinite = s.nonfinite | (nonfinite_logits(logits[:, 0]) & active)  # logits: [batch, 1, vocab]
     token, _ = draw(sample_key, logits[:, 0], settings.sampling)  # [batch]
     tokens, lengths, done = commit(
       s.tokens, s.lengths, s.done | nonfinite, token[:, None], num_valid, eos_id=model.eos_id
@@ -132,9 +132,10 @@ def generate(
     max_new_tokens=check_positive_int("max_new_tokens", max_new_tokens),
     sampling=check_sampling(sampling),
   )
+  key = make_key(seed)
   prompts, prompt_lengths = prepare_prompts(
     prompts, prompt_lengths, vocab_size=model.vocab_size, pad_id=model.pad_id
   )
-  output, nonfinite = _generate_compiled(model, prompts, prompt_lengths, make_key(seed), settings)
+  output, nonfinite = _generate_compiled(model, prompts, prompt_lengths, key, settings)
   raise_on_nonfinite({"model": nonfinite})
   return output

@@ -1,4 +1,4 @@
-"""Pieces both loops share: drawing tokens, committing them, guarding against bad logits."""
+"""Pieces both loops share: drawing tokens and committing them to the output buffer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import jax.numpy as jnp
 from specsample.core.sampling import (
   SamplingConfig,
   logits_to_probs,
-  nonfinite_logits,
   sample_from_probs,
 )
 
@@ -21,15 +20,6 @@ def draw(
   if sampling.is_greedy:
     return jnp.argmax(probs, axis=-1).astype(jnp.int32), probs
   return sample_from_probs(key, probs), probs
-
-
-def bad_logits(logits: jax.Array, num_valid: jax.Array) -> jax.Array:
-  """Rows with unusable logits among their first num_valid positions.
-
-  logits [batch, k, vocab], num_valid int32[batch] -> bool[batch]
-  """
-  positions = jnp.arange(logits.shape[1])[None, :]  # [1, k]
-  return jnp.any(nonfinite_logits(logits) & (positions < num_valid[:, None]), axis=1)
 
 
 def commit(

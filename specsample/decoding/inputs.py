@@ -84,7 +84,8 @@ def prepare_prompts(
       f"prompt token {int(array[row, col])} at row {row}, position {col} is outside the "
       f"vocabulary [0, {vocab_size})"
     )
-  return jnp.asarray(array, jnp.int32), jnp.asarray(lengths, jnp.int32)
+  # Converted on the host: a device-side dtype conversion would compile a program.
+  return jax.device_put(array.astype(np.int32)), jax.device_put(lengths.astype(np.int32))
 
 
 def make_key(seed) -> jax.Array:

@@ -24,9 +24,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from specsample.core.contract import LanguageModel
-from specsample.core.sampling import SamplingConfig, logits_to_probs
+from specsample.core.sampling import SamplingConfig, logits_to_probs, nonfinite_logits
 from specsample.core.verification import VERIFICATION_RULES, VerificationRule, verify
-from specsample.decoding.commit import bad_logits, commit, draw
+from specsample.decoding.commit import commit, draw
 from specsample.decoding.inputs import (
   check_model,
   check_positive_int,
@@ -78,30 +78,30 @@ def _draft_block(
   """Step 1: catch up on pending tokens, then draw gamma tokens from the draft.
 
   Returns draft tokens int32[batch, gamma], their distributions float32[batch, gamma,
-  vocab], the draft state (it has seen x_1..x_{gamma-1}) and bool[batch] bad-logit flags.
+  vocab], the draft state (it has seen x_1..x_{gamma-1}) and bool[batch, gamma] flags of
+  unusable logits behind each p_i.
   """
   step_keys = jax.random.split(key, settings.gamma)
   one = active.astype(jnp.int32)  # [batch]: 1 for rows that advance
   catch_up = jnp.where(active, s.draft_num_pending, 0)
   logits, draft_state = draft.extend(s.draft_state, s.draft_pending, catch_up)  # [batch, 2, vocab]
-  nonfinite = bad_logits(logits, catch_up)
   last_pending = jnp.maximum(s.draft_num_pending - 1, 0)
   first_logits = jnp.take_along_axis(logits, last_pending[:, None, None], axis=1)[:, 0]
   token, probs = draw(step_keys[0], first_logits, settings.sampling)  # x_1, p_1
 
   def draft_step(carry, step_key):
-    draft_state, token, nonfinite = carry
+    draft_state, token = carry
     logits, draft_state = draft.extend(draft_state, token[:, None], one)  # [batch, 1, vocab]
-    nonfinite = nonfinite | bad_logits(logits, one)
     next_token, probs = draw(step_key, logits[:, 0], settings.sampling)
-    return (draft_state, next_token, nonfinite), (next_token, probs)
+    return (draft_state, next_token), (next_token, probs, nonfinite_logits(logits[:, 0]))
 
-  (draft_state, _, nonfinite), (rest_tokens, rest_probs) = jax.lax.scan(
-    draft_step, (draft_state, token, nonfinite), step_keys[1:]
+  (draft_state, _), (rest_tokens, rest_probs, rest_bad) = jax.lax.scan(
+    draft_step, (draft_state, token), step_keys[1:]
   )  # rest_tokens: [gamma - 1, batch], rest_probs: [gamma - 1, batch, vocab]
   tokens = jnp.concatenate([token[:, None], rest_tokens.T], axis=1)  # [batch, gamma]
   probs = jnp.concatenate([probs[:, None], jnp.moveaxis(rest_probs, 0, 1)], axis=1)
-  return tokens, probs, draft_state, nonfinite & active
+  bad = jnp.concatenate([nonfinite_logits(first_logits)[:, None], rest_bad.T], axis=1)
+  return tokens, probs, draft_state, bad
 
 
 def _speculative_loop(
@@ -150,14 +150,18 @@ def _speculative_loop(
     target_tokens = jnp.concatenate([s.last_token[:, None], x], axis=1)
     num_scored = jnp.where(active, gamma + 1, 0)
     target_logits, target_state = target.extend(s.target_state, target_tokens, num_scored)
-    target_bad = bad_logits(target_logits, num_scored) & active
     q = logits_to_probs(target_logits, settings.sampling)
 
     # 3. Verify: n accepted draft tokens and the next token y.  [batch] each
     n, y = verify(settings.rule, verify_key, x, p, q)
+    # Rows whose verdict used NaN/inf logits (q_1..q_{n+1}, p_1..p_{n+1}) are stopped
+    # and reported; later positions were never looked at.
+    offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
+    used = (offsets <= n[:, None]) & active[:, None]  # [batch, gamma + 1]
+    target_bad = jnp.any(nonfinite_logits(target_logits) & used, axis=1)
+    draft_bad = jnp.any(draft_bad & used[:, :gamma], axis=1)
 
     # 4. Commit x_1..x_n, y (rows with bad logits commit nothing and stop).
-    offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
     x_then_y = jnp.where(offsets == n[:, None], y[:, None], jnp.pad(x, ((0, 0), (0, 1))))
     stopped = s.done | target_bad | draft_bad
     tokens, lengths, done = commit(
@@ -271,11 +275,10 @@ def speculative_generate(
     sampling=sampling,
     rule="greedy" if sampling.is_greedy and not callable(verification) else verification,
   )
+  key = make_key(seed)
   prompts, prompt_lengths = prepare_prompts(
     prompts, prompt_lengths, vocab_size=target.vocab_size, pad_id=target.pad_id
   )
-  output, nonfinite = _speculative_compiled(
-    target, draft, prompts, prompt_lengths, make_key(seed), settings
-  )
+  output, nonfinite = _speculative_compiled(target, draft, prompts, prompt_lengths, key, settings)
   raise_on_nonfinite(nonfinite)
   return output

@@ -1,0 +1,161 @@
+"""The verification rules as pure functions, and the block-verification golden case."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from specsample import SamplingConfig, speculative_generate
+from specsample.core import verify_block, verify_greedy, verify_tokenwise
+from specsample.models import MarkovLM
+
+GOLDEN_DRAFT = np.array([2 / 3, 1 / 3])
+GOLDEN_TARGET = np.array([1 / 3, 2 / 3])
+
+
+def exact_expected_accepted_tokenwise(p: np.ndarray, q: np.ndarray, gamma: int) -> float:
+  """Context-independent p, q: E[n] = alpha + ... + alpha^gamma."""
+  alpha = np.minimum(p, q).sum()
+  return float(sum(alpha**i for i in range(1, gamma + 1)))
+
+
+def exact_expected_accepted_block(p: np.ndarray, q: np.ndarray, gamma: int) -> float:
+  """Context-independent p, q: E[tau] by enumerating every draft block (independent of jax)."""
+  total = 0.0
+  for block in itertools.product(range(len(p)), repeat=gamma):
+    weights = [1.0]
+    for x in block:
+      weights.append(min(1.0, weights[-1] * q[x] / p[x]))
+    h = []
+    for i in range(1, gamma):
+      s = np.maximum(weights[i] * q - p, 0.0).sum()
+      denominator = s + 1.0 - weights[i]
+      h.append(s / denominator if denominator > 0 else 1.0)
+    h.append(weights[gamma])
+    # P(tau = i) = h_i * prod_{j > i} (1 - h_j): the largest i whose coin came up.
+    expected_tau = sum(
+      i * h[i - 1] * np.prod([1 - hj for hj in h[i:]]) for i in range(1, gamma + 1)
+    )
+    total += np.prod(p[list(block)]) * expected_tau
+  return float(total)
+
+
+def test_golden_case_exact_values():
+  assert exact_expected_accepted_tokenwise(GOLDEN_DRAFT, GOLDEN_TARGET, 2) == pytest.approx(10 / 9)
+  assert exact_expected_accepted_block(GOLDEN_DRAFT, GOLDEN_TARGET, 2) == pytest.approx(11 / 9)
+
+
+def context_free_model(probs: np.ndarray) -> MarkovLM:
+  """A MarkovLM whose next-token distribution is `probs` whatever the context."""
+  table = np.tile(np.log(probs), (len(probs), 1))
+  return MarkovLM(jnp.asarray(table, jnp.float32))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule,expected", [("token", 10 / 9), ("block", 11 / 9)])
+def test_golden_case_through_the_decoder(rule, expected):
+  """Mean accepted draft tokens per iteration: 10/9 token-wise, 11/9 block.
+
+  About 48,000 row-iterations; the standard error of the mean is ~0.004, the tolerance
+  0.02 (5 standard errors).
+  """
+  target, draft = context_free_model(GOLDEN_TARGET), context_free_model(GOLDEN_DRAFT)
+  out = speculative_generate(
+    target,
+    draft,
+    [[0]] * 4000,
+    gamma=2,
+    max_new_tokens=24,
+    sampling=SamplingConfig(temperature=1.0),
+    verification=rule,
+    seed=0,
+  )
+  histogram = np.asarray(out.stats.accepted_histogram)
+  mean_accepted = (histogram * np.arange(3)).sum() / histogram.sum()
+  assert histogram.sum() > 40_000
+  assert mean_accepted == pytest.approx(expected, abs=0.02)
+  assert out.stats.tokens_per_target_call == pytest.approx(1 + expected, abs=0.02)
+
+
+def random_pair(seed: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+  rng = np.random.default_rng(seed)
+  p, q = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
+  return p, q
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_block_never_below_tokenwise(seed):
+  vocab, gamma = 3 + seed % 3, 1 + seed % 4
+  p, q = random_pair(seed, vocab)
+  block = exact_expected_accepted_block(p, q, gamma)
+  token = exact_expected_accepted_tokenwise(p, q, gamma)
+  assert block >= token - 1e-12
+  if gamma == 1:
+    assert block == pytest.approx(token)  # one token: block verification is token-wise
+
+
+def sample_block(key, p: np.ndarray, q: np.ndarray, gamma: int, batch: int):
+  """Draft blocks drawn from context-independent p, with p and q broadcast to the batch."""
+  tokens = jax.random.categorical(key, jnp.log(jnp.asarray(p)), shape=(batch, gamma))
+  draft_probs = jnp.broadcast_to(jnp.asarray(p, jnp.float32), (batch, gamma, len(p)))
+  target_probs = jnp.broadcast_to(jnp.asarray(q, jnp.float32), (batch, gamma + 1, len(q)))
+  return tokens.astype(jnp.int32), draft_probs, target_probs
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_block_rule_matches_its_exact_expectation(seed):
+  vocab, gamma, batch = 4, 3, 200_000
+  p, q = random_pair(100 + seed, vocab)
+  tokens, draft_probs, target_probs = sample_block(jax.random.key(seed), p, q, gamma, batch)
+  verdict = verify_block(jax.random.key(seed + 7), tokens, draft_probs, target_probs)
+  n = np.asarray(verdict.num_accepted)
+  exact = exact_expected_accepted_block(p, q, gamma)
+  assert n.mean() == pytest.approx(exact, abs=5 * n.std() / np.sqrt(batch))
+
+
+@pytest.mark.parametrize("rule", [verify_tokenwise, verify_block])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_first_committed_token_follows_target(rule, seed):
+  """One iteration: the first committed token (x_1 if kept, else y) is distributed as q_1."""
+  vocab, gamma, batch = 5, 3, 200_000
+  p, q = random_pair(200 + seed, vocab)
+  tokens, draft_probs, target_probs = sample_block(jax.random.key(seed), p, q, gamma, batch)
+  n, y = rule(jax.random.key(seed + 1), tokens, draft_probs, target_probs)
+  first = np.where(np.asarray(n) > 0, np.asarray(tokens[:, 0]), np.asarray(y))
+  observed = np.bincount(first, minlength=vocab)
+  assert stats.chisquare(observed, q * batch).pvalue > 1e-4
+  # The draft alone would fail the same test.
+  assert (
+    stats.chisquare(np.bincount(np.asarray(tokens[:, 0]), minlength=vocab), q * batch).pvalue < 1e-6
+  )
+
+
+def test_tokenwise_never_accepts_impossible_tokens_and_always_accepts_cheap_ones():
+  draft_probs = jnp.array([[[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]]])  # [1, 2, 3]
+  target_probs = jnp.array([[[0.0, 0.5, 0.5], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]])
+  for seed in range(20):
+    n, y = verify_tokenwise(jax.random.key(seed), jnp.array([[0, 1]]), draft_probs, target_probs)
+    assert int(n[0]) == 0 and int(y[0]) == 2  # q(0) = 0: rejected; residual is all on token 2
+    n, y = verify_tokenwise(jax.random.key(seed), jnp.array([[1, 1]]), draft_probs, target_probs)
+    assert int(n[0]) == 2 and int(y[0]) == 2  # q >= p on both: kept; bonus from q_3
+
+
+def test_greedy_rule():
+  target = jax.nn.one_hot(jnp.array([[3, 1, 2, 0], [0, 0, 0, 0], [1, 2, 3, 3]]), 4)
+  tokens = jnp.array([[3, 1, 0], [1, 0, 0], [1, 2, 3]])
+  n, y = verify_greedy(tokens, target)
+  assert np.asarray(n).tolist() == [2, 0, 3]
+  assert np.asarray(y).tolist() == [2, 0, 3]
+
+
+def test_rules_reject_mismatched_shapes():
+  tokens = jnp.zeros((2, 3), jnp.int32)
+  with pytest.raises(ValueError, match="gamma \\+ 1"):
+    verify_tokenwise(jax.random.key(0), tokens, jnp.ones((2, 3, 4)), jnp.ones((2, 3, 4)))
+  with pytest.raises(ValueError, match="vocab"):
+    verify_block(jax.random.key(0), tokens, jnp.ones((2, 3, 5)), jnp.ones((2, 4, 4)))
