@@ -6,9 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import stats
 
 from specsample import SamplingConfig
-from specsample.core import logits_to_probs, nonfinite_logits, sample_from_probs
+from specsample.core import argmax_tokens, logits_to_probs, nonfinite_logits, sample_from_probs
 
 
 def reference_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: float):
@@ -118,3 +119,52 @@ def test_equal_settings_are_equal_and_hash_equal():
   assert SamplingConfig(temperature=1, top_p=1) == SamplingConfig()
   assert hash(SamplingConfig(temperature=1)) == hash(SamplingConfig(temperature=1.0))
   assert SamplingConfig(temperature=0).is_greedy and not SamplingConfig().is_greedy
+
+
+@pytest.mark.parametrize("vocab", [5, 300, 1000])
+def test_inverse_cdf_sampler_follows_the_distribution(vocab):
+  """Blocks of 128 tokens: one, several, and a ragged last block; some blocks empty."""
+  rng = np.random.default_rng(vocab)
+  probs = rng.dirichlet(np.full(vocab, 0.3))
+  probs[rng.random(vocab) < 0.3] = 0.0  # zero entries, whole zero blocks for small alpha
+  if vocab > 256:
+    probs[128:256] = 0.0
+  probs /= probs.sum()
+  batch = 200_000
+  tokens = np.asarray(
+    sample_from_probs(
+      jax.random.key(3), jnp.broadcast_to(jnp.asarray(probs, jnp.float32), (batch, vocab))
+    )
+  )
+  counts = np.bincount(tokens, minlength=vocab)
+  assert counts[probs == 0].sum() == 0
+  expected = probs * batch
+  big = expected >= 5
+  observed, expected = counts[big], expected[big]
+  if (~big).any():
+    observed = np.append(observed, counts[~big].sum())
+    expected = np.append(expected, probs[~big].sum() * batch)
+  assert stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-4
+
+
+def test_sampler_accepts_unnormalised_rows_and_leading_batch_dims():
+  probs = jnp.array([[[0.0, 2.0, 0.0], [5.0, 0.0, 0.0]]])  # [1, 2, 3]
+  tokens = np.asarray(sample_from_probs(jax.random.key(0), probs))
+  assert tokens.tolist() == [[1, 0]]
+
+
+def test_argmax_tokens_equals_argmax_with_ties():
+  scores = jax.random.normal(jax.random.key(0), (4, 7, 300))
+  scores = jnp.round(scores * 2) / 2  # many ties
+  np.testing.assert_array_equal(argmax_tokens(scores), jnp.argmax(scores, axis=-1))
+
+
+@pytest.mark.parametrize("top_p", [0.3, 0.9, 0.99])
+def test_top_p_on_a_large_vocabulary_matches_the_sorting_reference(top_p):
+  logits = np.asarray(jax.random.normal(jax.random.key(5), (6, 2000)) * 4, np.float64)
+  logits[0, :10] = 8.0  # ties at the top
+  got = np.asarray(logits_to_probs(jnp.asarray(logits, jnp.float32), SamplingConfig(top_p=top_p)))
+  for row, raw in zip(got, logits):
+    expected = reference_probs(raw, 1.0, 0, top_p)
+    np.testing.assert_array_equal(row > 0, expected > 0)  # the same nucleus
+    np.testing.assert_allclose(row, expected, atol=1e-6)

@@ -10,6 +10,7 @@ from specsample.core.contract import LanguageModel, ModelState
 from specsample.core.sampling import (
   GREEDY,
   SamplingConfig,
+  argmax_tokens,
   logits_to_probs,
   nonfinite_logits,
   sample_from_probs,
@@ -42,6 +43,7 @@ __all__ = [
   "VerificationRule",
   "acceptance_probability",
   "analytic_alpha",
+  "argmax_tokens",
   "best_gamma",
   "expected_accepted_tokens",
   "expected_tokens_per_iteration",

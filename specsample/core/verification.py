@@ -25,7 +25,7 @@ from typing import NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 
-from specsample.core.sampling import sample_from_probs
+from specsample.core.sampling import argmax_tokens, sample_from_probs
 
 VERIFICATION_RULES = ("token", "block", "greedy")
 
@@ -151,10 +151,13 @@ def verify_block(
   return Verdict(num_accepted, next_token)
 
 
-def verify_greedy(draft_tokens: jax.Array, target_probs: jax.Array) -> Verdict:
-  """Accepts while x_i == argmax q_i; the next token is argmax q at the first mismatch."""
+def verify_greedy(draft_tokens: jax.Array, target_scores: jax.Array) -> Verdict:
+  """Accepts while x_i == argmax q_i; the next token is argmax q at the first mismatch.
+
+  target_scores: [batch, gamma + 1, vocab] target probabilities or raw logits (same argmax).
+  """
   gamma = draft_tokens.shape[1]
-  target_argmax = jnp.argmax(target_probs, axis=-1).astype(jnp.int32)  # [batch, gamma + 1]
+  target_argmax = argmax_tokens(target_scores)  # [batch, gamma + 1]
   matches = draft_tokens == target_argmax[:, :gamma]  # [batch, gamma]
   num_accepted = jnp.sum(jnp.cumprod(matches, axis=1), axis=1).astype(jnp.int32)
   next_token = jnp.take_along_axis(target_argmax, num_accepted[:, None], axis=1)[:, 0]

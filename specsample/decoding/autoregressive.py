@@ -70,7 +70,7 @@ def _generate_loop(
     num_valid = active.astype(jnp.int32)
     logits, model_state = model.extend(s.model_state, s.last_token[:, None], num_valid)
     nonfinite = s.nonfinite | (nonfinite_logits(logits[:, 0]) & active)  # logits: [batch, 1, vocab]
-    token, _ = draw(sample_key, logits[:, 0], settings.sampling)  # [batch]
+    token, _ = draw(sample_key, logits[:, 0], settings.sampling, need_probs=False)  # [batch]
     tokens, lengths, done = commit(
       s.tokens, s.lengths, s.done | nonfinite, token[:, None], num_valid, eos_id=model.eos_id
     )

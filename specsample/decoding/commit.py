@@ -7,18 +7,24 @@ import jax.numpy as jnp
 
 from specsample.core.sampling import (
   SamplingConfig,
+  argmax_tokens,
   logits_to_probs,
   sample_from_probs,
 )
 
 
 def draw(
-  key: jax.Array, logits: jax.Array, sampling: SamplingConfig
-) -> tuple[jax.Array, jax.Array]:
-  """Processes logits and draws a token.  [batch, vocab] -> (int32[batch], probs[batch, vocab])."""
-  probs = logits_to_probs(logits, sampling)
+  key: jax.Array, logits: jax.Array, sampling: SamplingConfig, *, need_probs: bool = True
+) -> tuple[jax.Array, jax.Array | None]:
+  """Processes logits and draws a token.
+
+  [batch, vocab] -> (int32[batch], probs float32[batch, vocab]). Greedy decoding without
+  `need_probs` skips the probabilities (None) and only takes the argmax.
+  """
   if sampling.is_greedy:
-    return jnp.argmax(probs, axis=-1).astype(jnp.int32), probs
+    token = argmax_tokens(logits)
+    return token, jax.nn.one_hot(token, logits.shape[-1]) if need_probs else None
+  probs = logits_to_probs(logits, sampling)
   return sample_from_probs(key, probs), probs
 
 

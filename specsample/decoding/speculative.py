@@ -25,7 +25,12 @@ from flax import struct
 
 from specsample.core.contract import LanguageModel
 from specsample.core.sampling import SamplingConfig, logits_to_probs, nonfinite_logits
-from specsample.core.verification import VERIFICATION_RULES, VerificationRule, verify
+from specsample.core.verification import (
+  VERIFICATION_RULES,
+  VerificationRule,
+  verify,
+  verify_greedy,
+)
 from specsample.decoding.commit import commit, draw
 from specsample.decoding.inputs import (
   check_model,
@@ -87,19 +92,21 @@ def _draft_block(
   logits, draft_state = draft.extend(s.draft_state, s.draft_pending, catch_up)  # [batch, 2, vocab]
   last_pending = jnp.maximum(s.draft_num_pending - 1, 0)
   first_logits = jnp.take_along_axis(logits, last_pending[:, None, None], axis=1)[:, 0]
-  token, probs = draw(step_keys[0], first_logits, settings.sampling)  # x_1, p_1
+  need_probs = settings.rule != "greedy"  # greedy verification compares tokens only
+  token, probs = draw(step_keys[0], first_logits, settings.sampling, need_probs=need_probs)
 
   def draft_step(carry, step_key):
     draft_state, token = carry
     logits, draft_state = draft.extend(draft_state, token[:, None], one)  # [batch, 1, vocab]
-    next_token, probs = draw(step_key, logits[:, 0], settings.sampling)
+    next_token, probs = draw(step_key, logits[:, 0], settings.sampling, need_probs=need_probs)
     return (draft_state, next_token), (next_token, probs, nonfinite_logits(logits[:, 0]))
 
   (draft_state, _), (rest_tokens, rest_probs, rest_bad) = jax.lax.scan(
-    draft_step, (draft_state, token), step_keys[1:]
+    draft_step, (draft_state, token), step_keys[1:], unroll=True
   )  # rest_tokens: [gamma - 1, batch], rest_probs: [gamma - 1, batch, vocab]
   tokens = jnp.concatenate([token[:, None], rest_tokens.T], axis=1)  # [batch, gamma]
-  probs = jnp.concatenate([probs[:, None], jnp.moveaxis(rest_probs, 0, 1)], axis=1)
+  if need_probs:  # [batch, gamma, vocab]
+    probs = jnp.concatenate([probs[:, None], jnp.moveaxis(rest_probs, 0, 1)], axis=1)
   bad = jnp.concatenate([nonfinite_logits(first_logits)[:, None], rest_bad.T], axis=1)
   return tokens, probs, draft_state, bad
 
@@ -150,10 +157,13 @@ def _speculative_loop(
     target_tokens = jnp.concatenate([s.last_token[:, None], x], axis=1)
     num_scored = jnp.where(active, gamma + 1, 0)
     target_logits, target_state = target.extend(s.target_state, target_tokens, num_scored)
-    q = logits_to_probs(target_logits, settings.sampling)
 
     # 3. Verify: n accepted draft tokens and the next token y.  [batch] each
-    n, y = verify(settings.rule, verify_key, x, p, q)
+    if settings.rule == "greedy":
+      n, y = verify_greedy(x, target_logits)  # argmax of the logits: no softmax needed
+    else:
+      q = logits_to_probs(target_logits, settings.sampling)
+      n, y = verify(settings.rule, verify_key, x, p, q)
     # Rows whose verdict used NaN/inf logits (q_1..q_{n+1}, p_1..p_{n+1}) are stopped
     # and reported; later positions were never looked at.
     offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
