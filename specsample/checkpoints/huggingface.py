@@ -1,0 +1,175 @@
+"""Hugging Face T5 directories: `config.json` + `model.safetensors` (or sharded with
+`model.safetensors.index.json`). Names are mapped to T5X's and [out, in] matrices
+transposed to T5X's [in, out]; `save_hf_t5` writes the reverse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+
+from specsample.checkpoints.t5_params import CheckpointError, flatten
+from specsample.models.t5 import T5, T5Config, from_hf_config, to_hf_config
+
+_ATTENTION = {"q": "query", "k": "key", "v": "value", "o": "out"}
+# HF sublayer index -> (T5X norm name, T5X block name) per stack.
+_ENCODER_SUBLAYERS = {
+  0: ("pre_attention_layer_norm", "attention"),
+  1: ("pre_mlp_layer_norm", "mlp"),
+}
+_DECODER_SUBLAYERS = {
+  0: ("pre_self_attention_layer_norm", "self_attention"),
+  1: ("pre_cross_attention_layer_norm", "encoder_decoder_attention"),
+  2: ("pre_mlp_layer_norm", "mlp"),
+}
+# Copies of the shared embedding that HF files may carry.
+_EMBEDDING_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+_LAYER = re.compile(
+  r"^(encoder|decoder)\.block\.(\d+)\.layer\.(\d+)\."
+  r"(?:(SelfAttention|EncDecAttention)\.(q|k|v|o|relative_attention_bias)|"
+  r"DenseReluDense\.(wi|wi_0|wi_1|wo)|(layer_norm))\.weight$"
+)
+
+
+def hf_to_t5x_name(name: str) -> tuple[str, bool]:
+  """HF tensor name -> (T5X parameter path, whether to transpose). KeyError if unknown."""
+  fixed = {
+    "shared.weight": ("token_embedder/embedding", False),
+    "encoder.final_layer_norm.weight": ("encoder/encoder_norm/scale", False),
+    "decoder.final_layer_norm.weight": ("decoder/decoder_norm/scale", False),
+    "lm_head.weight": ("decoder/logits_dense/kernel", True),
+  }
+  if name in fixed:
+    return fixed[name]
+  match = _LAYER.match(name)
+  if not match:
+    raise KeyError(name)
+  stack, block, sublayer, _, projection, mlp, norm = match.groups()
+  sublayers = _ENCODER_SUBLAYERS if stack == "encoder" else _DECODER_SUBLAYERS
+  if int(sublayer) not in sublayers:
+    raise KeyError(name)
+  norm_name, block_name = sublayers[int(sublayer)]
+  prefix = f"{stack}/layers_{block}"
+  if norm:
+    return f"{prefix}/{norm_name}/scale", False
+  if projection == "relative_attention_bias":  # [buckets, heads] -> [heads, buckets]
+    return f"{stack}/relpos_bias/rel_embedding", True
+  if projection:
+    return f"{prefix}/{block_name}/{_ATTENTION[projection]}/kernel", True
+  return f"{prefix}/mlp/{mlp}/kernel", True
+
+
+def _safetensors_files(directory: str) -> list[str]:
+  index = os.path.join(directory, "model.safetensors.index.json")
+  single = os.path.join(directory, "model.safetensors")
+  if os.path.exists(index):
+    with open(index) as f:
+      try:
+        weight_map = json.load(f)["weight_map"]
+      except (json.JSONDecodeError, KeyError) as error:
+        raise CheckpointError(f"{index}: not a safetensors index ({error})") from error
+    files = sorted(set(weight_map.values()))
+    missing = [name for name in files if not os.path.exists(os.path.join(directory, name))]
+    if missing:
+      raise CheckpointError(f"{index} names shards that are not there: {missing}")
+    return [os.path.join(directory, name) for name in files]
+  if os.path.exists(single):
+    return [single]
+  raise CheckpointError(
+    f"{directory}: no model.safetensors or model.safetensors.index.json (PyTorch .bin files "
+    "are not read: convert them with `save_pretrained(..., safe_serialization=True)`)"
+  )
+
+
+def _read_safetensors(path: str) -> dict[str, np.ndarray]:
+  from safetensors import safe_open
+
+  try:
+    # framework="flax" reads bfloat16 too (numpy has no bfloat16 of its own).
+    with safe_open(path, framework="flax") as f:
+      return {name: np.asarray(f.get_tensor(name)) for name in f.keys()}  # noqa: SIM118
+  except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+    raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
+
+
+def read_hf_config(directory: str, dtype: str = "float32") -> T5Config:
+  path = os.path.join(directory, "config.json")
+  try:
+    with open(path) as f:
+      hf = json.load(f)
+  except (OSError, json.JSONDecodeError) as error:
+    raise CheckpointError(f"{path}: cannot read the model config ({error})") from error
+  if hf.get("model_type", "t5") not in ("t5", "mt5", "umt5"):
+    raise CheckpointError(f"{path}: model_type {hf.get('model_type')!r} is not T5")
+  try:
+    return from_hf_config(hf, dtype=dtype)
+  except ValueError as error:
+    raise CheckpointError(f"{path}: {error}") from error
+
+
+def read_hf_params(directory: str, config: T5Config) -> dict[str, np.ndarray]:
+  """All tensors of a HF T5 directory, in T5X names and layouts."""
+  flat: dict[str, np.ndarray] = {}
+  for path in _safetensors_files(directory):
+    for name, tensor in _read_safetensors(path).items():
+      if name in _EMBEDDING_ALIASES:
+        flat.setdefault("token_embedder/embedding", tensor)
+        continue
+      if name.endswith("relative_attention_bias.weight") and ".block.0." not in name:
+        continue  # some exports repeat layer 0's table in every layer
+      try:
+        target, transpose = hf_to_t5x_name(name)
+      except KeyError:
+        raise CheckpointError(f"{path}: unexpected tensor {name!r} for a T5 model") from None
+      flat[target] = tensor.T if transpose else tensor
+  if config.tie_word_embeddings:
+    flat.pop("decoder/logits_dense/kernel", None)  # lm_head is the shared embedding
+  return flat
+
+
+def t5x_to_hf_name(path: str) -> tuple[str, bool]:
+  """T5X parameter path -> (HF tensor name, whether to transpose); inverse of hf_to_t5x_name."""
+  fixed = {
+    "token_embedder/embedding": ("shared.weight", False),
+    "encoder/encoder_norm/scale": ("encoder.final_layer_norm.weight", False),
+    "decoder/decoder_norm/scale": ("decoder.final_layer_norm.weight", False),
+    "decoder/logits_dense/kernel": ("lm_head.weight", True),
+  }
+  if path in fixed:
+    return fixed[path]
+  stack, rest = path.split("/", 1)
+  if rest == "relpos_bias/rel_embedding":
+    return f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight", True
+  layer, block_name, leaf = rest.split("/", 2)
+  block = layer.removeprefix("layers_")
+  sublayers = _ENCODER_SUBLAYERS if stack == "encoder" else _DECODER_SUBLAYERS
+  for index, (norm_name, name) in sublayers.items():
+    prefix = f"{stack}.block.{block}.layer.{index}"
+    if block_name == norm_name:
+      return f"{prefix}.layer_norm.weight", False
+    if block_name == name == "mlp":
+      return f"{prefix}.DenseReluDense.{leaf.split('/')[0]}.weight", True
+    if block_name == name:
+      kind = "EncDecAttention" if name == "encoder_decoder_attention" else "SelfAttention"
+      short = {value: key for key, value in _ATTENTION.items()}[leaf.split("/")[0]]
+      return f"{prefix}.{kind}.{short}.weight", True
+  raise KeyError(path)
+
+
+def save_hf_t5(model: T5, directory: str | os.PathLike) -> None:
+  """Writes `model` as a Hugging Face T5 directory (config.json + float32 model.safetensors)."""
+  from safetensors.numpy import save_file
+
+  directory = str(directory)
+  os.makedirs(directory, exist_ok=True)
+  tensors = {}
+  for keys, value in flatten(model.params).items():
+    name, transpose = t5x_to_hf_name("/".join(keys))
+    array = np.asarray(value, np.float32)
+    tensors[name] = np.ascontiguousarray(array.T if transpose else array)
+  save_file(tensors, os.path.join(directory, "model.safetensors"))
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(to_hf_config(model.config), f, indent=2)

@@ -1,0 +1,71 @@
+"""T5 tokenization: SentencePiece models, directly or through seqio when it is installed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from specsample.checkpoints.t5_params import CheckpointError
+
+SPIECE_NAMES = ("spiece.model", "sentencepiece.model", "tokenizer.model")
+
+
+def find_sentencepiece_model(path: str | os.PathLike) -> str:
+  """`path` itself if it is a file, else the SentencePiece model inside the directory."""
+  path = str(path)
+  if os.path.isfile(path):
+    return path
+  for name in SPIECE_NAMES:
+    candidate = os.path.join(path, name)
+    if os.path.isfile(candidate):
+      return candidate
+  raise CheckpointError(f"{path}: no SentencePiece model ({', '.join(SPIECE_NAMES)})")
+
+
+class Vocabulary:
+  """T5's conventions over a SentencePiece model: pad 0, EOS 1 appended to inputs.
+
+  With `use_seqio=True` the encoding goes through `seqio.SentencePieceVocabulary` (same
+  model file, same ids), for pipelines that already use seqio.
+  """
+
+  def __init__(
+    self, path: str | os.PathLike, *, eos_id: int = 1, pad_id: int = 0, use_seqio: bool = False
+  ):
+    self.path = find_sentencepiece_model(path)
+    self.eos_id, self.pad_id = eos_id, pad_id
+    if use_seqio:
+      import seqio
+
+      self._seqio = seqio.SentencePieceVocabulary(self.path)
+      self._processor = self._seqio.tokenizer
+    else:
+      import sentencepiece as spm
+
+      self._seqio = None
+      self._processor = spm.SentencePieceProcessor()
+      try:
+        ok = self._processor.Load(self.path)
+      except (OSError, RuntimeError) as error:
+        raise CheckpointError(f"{self.path}: not a SentencePiece model ({error})") from error
+      if not ok:
+        raise CheckpointError(f"{self.path}: not a SentencePiece model")
+
+  @property
+  def vocab_size(self) -> int:
+    return int(self._processor.GetPieceSize())
+
+  def encode(self, text: str, *, add_eos: bool = True) -> list[int]:
+    ids = list(self._seqio.encode(text)) if self._seqio else self._processor.EncodeAsIds(text)
+    return [*ids, self.eos_id] if add_eos else ids
+
+  def decode(self, ids: Sequence[int]) -> str:
+    """Text of the ids up to the first EOS; padding is dropped."""
+    kept = []
+    for token in ids:
+      token = int(token)
+      if token == self.eos_id:
+        break
+      if token != self.pad_id:
+        kept.append(token)
+    return self._seqio.decode(kept) if self._seqio else self._processor.DecodeIds(kept)

@@ -1,0 +1,109 @@
+"""`T5`: a T5 checkpoint behind the model contract, ready for `speculative_generate`.
+
+The object carries its parameters (a pytree, traced under `jit`) and its `T5Config`
+(static). `init_state` runs the encoder once and precomputes every decoder layer's
+cross-attention keys/values; `extend` runs the decoder over k tokens per row at each
+row's own end index; `rewind` only moves the end index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specsample.models.t5.config import T5Config
+from specsample.models.t5.network import KeysValues, T5Network
+
+
+@struct.dataclass
+class T5State:
+  cross: tuple[KeysValues, ...]  # per decoder layer: [batch, enc_length, heads, head_dim] x2
+  encoder_valid: jax.Array  # bool[batch, enc_length]
+  caches: tuple[KeysValues, ...]  # per decoder layer: [batch, capacity, heads, head_dim] x2
+  end_index: jax.Array  # int32[batch]: decoder positions written and valid
+
+
+@struct.dataclass
+class T5:
+  """A T5 encoder-decoder with its parameters (T5X names and layouts)."""
+
+  params: Any
+  config: T5Config = struct.field(pytree_node=False)
+
+  @classmethod
+  def init_random(cls, config: T5Config, seed: int = 0) -> T5:
+    """Random parameters (for tests and benchmarks)."""
+    tokens = jnp.ones((1, 2), jnp.int32)
+    params = T5Network(config).init(jax.random.key(seed), tokens, tokens)["params"]
+    return cls(params=params, config=config)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.config.vocab_size
+
+  @property
+  def eos_id(self) -> int:
+    return self.config.eos_id
+
+  @property
+  def pad_id(self) -> int:
+    return self.config.pad_id
+
+  def _apply(self, *args, method):
+    return T5Network(self.config).apply({"params": self.params}, *args, method=method)
+
+  # ----- the model contract ------------------------------------------------------------
+
+  def init_state(
+    self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
+  ) -> tuple[T5State, jax.Array]:
+    batch, length = prompts.shape
+    valid = jnp.arange(length)[None, :] < prompt_lengths[:, None]  # [batch, length]
+    encoded = self._apply(prompts, valid, method=T5Network.encode)
+    cross = self._apply(encoded, method=T5Network.cross_keys_values)
+    c = self.config
+    shape = (batch, num_new_positions, c.num_heads, c.head_dim)
+    dtype = jnp.dtype(c.dtype)
+    caches = tuple(
+      (jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(c.num_decoder_layers)
+    )
+    state = T5State(
+      cross=cross,
+      encoder_valid=valid,
+      caches=caches,
+      end_index=jnp.zeros((batch,), jnp.int32),
+    )
+    return state, jnp.full((batch,), c.decoder_start_id, jnp.int32)
+
+  def extend(
+    self, state: T5State, tokens: jax.Array, num_valid: jax.Array
+  ) -> tuple[jax.Array, T5State]:
+    positions = state.end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
+    logits, caches = self._apply(
+      tokens,
+      positions,
+      state.cross,
+      state.encoder_valid,
+      state.caches,
+      state.end_index,
+      method=T5Network.decode,
+    )
+    return logits, state.replace(caches=caches, end_index=state.end_index + num_valid)
+
+  def rewind(self, state: T5State, end_index: jax.Array) -> T5State:
+    return state.replace(end_index=end_index.astype(jnp.int32))
+
+  # ----- whole-sequence passes -----------------------------------------------------------
+
+  def forward(self, encoder_tokens: jax.Array, decoder_input_tokens: jax.Array) -> jax.Array:
+    """Teacher-forced logits float32[batch, decoder_length, vocab] (T5X padding rules)."""
+    return T5Network(self.config).apply(
+      {"params": self.params}, encoder_tokens, decoder_input_tokens
+    )
+
+  def encode(self, encoder_tokens: jax.Array) -> jax.Array:
+    """Encoder output [batch, length, d_model]; token 0 is padding."""
+    return self._apply(encoder_tokens, encoder_tokens > 0, method=T5Network.encode)

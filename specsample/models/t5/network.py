@@ -1,0 +1,220 @@
+"""The T5 encoder-decoder network (Flax linen), with a multi-token decoder cache.
+
+`T5Network` has one method per job:
+  encode             encoder tokens -> encoded states (run once per prompt)
+  cross_keys_values  encoded states -> every decoder layer's cross-attention keys/values
+  decode             k decoder tokens at per-row positions, attending to a self-attention
+                     cache written in place at each row's end index -> logits
+  __call__           the teacher-forced full forward pass (initialisation, parity tests)
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from specsample.models.t5.config import T5Config
+from specsample.models.t5.layers import (
+  MASK_BIAS,
+  MLP,
+  Attention,
+  Projection,
+  RelativePositionBias,
+  RMSNorm,
+  dense,
+)
+
+# Per decoder layer: (keys, values), each [batch, positions, heads, head_dim].
+KeysValues = tuple[jax.Array, jax.Array]
+
+
+def _mask_bias(allowed: jax.Array) -> jax.Array:
+  """bool -> float32 additive bias: 0 where allowed, -1e10 elsewhere."""
+  return jnp.where(allowed, 0.0, MASK_BIAS).astype(jnp.float32)
+
+
+def write_at(cache: jax.Array, new: jax.Array, end_index: jax.Array) -> jax.Array:
+  """Writes new [batch, k, ...] into cache [batch, length, ...] at each row's end index."""
+
+  def write_row(row_cache, row_new, index):
+    start = (index,) + (0,) * (row_cache.ndim - 1)
+    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
+
+  return jax.vmap(write_row)(cache, new, end_index)
+
+
+class EncoderLayer(nn.Module):
+  config: T5Config
+
+  def setup(self):
+    c, dtype = self.config, jnp.dtype(self.config.dtype)
+    self.pre_attention_layer_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    self.attention = Attention(c.num_heads, c.head_dim, c.d_model, dtype)
+    self.pre_mlp_layer_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    self.mlp = MLP(c.mlp_dim, c.d_model, c.mlp_activations, dtype)
+
+  def __call__(self, x: jax.Array, bias: jax.Array) -> jax.Array:
+    h = self.pre_attention_layer_norm(x)
+    x = x + self.attention(h, h, bias)
+    return x + self.mlp(self.pre_mlp_layer_norm(x))
+
+
+class Encoder(nn.Module):
+  config: T5Config
+
+  def setup(self):
+    c, dtype = self.config, jnp.dtype(self.config.dtype)
+    self.relpos_bias = RelativePositionBias(
+      c.num_heads,
+      c.relative_attention_num_buckets,
+      c.relative_attention_max_distance,
+      bidirectional=True,
+      dtype=dtype,
+    )
+    self.layers = [EncoderLayer(c) for _ in range(c.num_encoder_layers)]
+    self.encoder_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+
+  def __call__(self, x: jax.Array, valid: jax.Array) -> jax.Array:
+    """x [batch, length, d_model], valid bool[batch, length] -> [batch, length, d_model]."""
+    positions = jnp.arange(x.shape[1], dtype=jnp.int32)
+    bias = self.relpos_bias(positions[None], positions)  # [1, heads, length, length]
+    bias = bias + _mask_bias(valid[:, None, :, None] & valid[:, None, None, :])
+    for layer in self.layers:
+      x = layer(x, bias)
+    return self.encoder_norm(x)
+
+
+class DecoderLayer(nn.Module):
+  config: T5Config
+
+  def setup(self):
+    c, dtype = self.config, jnp.dtype(self.config.dtype)
+    self.pre_self_attention_layer_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    self.self_attention = Attention(c.num_heads, c.head_dim, c.d_model, dtype)
+    self.pre_cross_attention_layer_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    self.encoder_decoder_attention = Attention(c.num_heads, c.head_dim, c.d_model, dtype)
+    self.pre_mlp_layer_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    self.mlp = MLP(c.mlp_dim, c.d_model, c.mlp_activations, dtype)
+
+  def cross_keys_values(self, encoded: jax.Array) -> KeysValues:
+    return self.encoder_decoder_attention.keys_values(encoded)
+
+  def __call__(
+    self,
+    x: jax.Array,
+    self_bias: jax.Array,
+    cross: KeysValues,
+    cross_bias: jax.Array,
+    cache: KeysValues | None,
+    end_index: jax.Array | None,
+  ) -> tuple[jax.Array, KeysValues]:
+    """x [batch, k, d_model] -> (x, this layer's self-attention keys/values).
+
+    With a cache, the k new keys/values are written at each row's end index and the
+    queries attend over the whole cache (the bias masks what they must not see);
+    without one, they attend over the k positions themselves.
+    """
+    h = self.pre_self_attention_layer_norm(x)
+    keys, values = self.self_attention.keys_values(h)  # [batch, k, heads, head_dim]
+    if cache is not None:
+      keys, values = write_at(cache[0], keys, end_index), write_at(cache[1], values, end_index)
+    x = x + self.self_attention.attend(self.self_attention.queries(h), keys, values, self_bias)
+    h = self.pre_cross_attention_layer_norm(x)
+    queries = self.encoder_decoder_attention.queries(h)
+    x = x + self.encoder_decoder_attention.attend(queries, cross[0], cross[1], cross_bias)
+    x = x + self.mlp(self.pre_mlp_layer_norm(x))
+    return x, (keys, values)
+
+
+class Decoder(nn.Module):
+  config: T5Config
+  embedder: nn.Embed
+
+  def setup(self):
+    c, dtype = self.config, jnp.dtype(self.config.dtype)
+    self.relpos_bias = RelativePositionBias(
+      c.num_heads,
+      c.relative_attention_num_buckets,
+      c.relative_attention_max_distance,
+      bidirectional=False,
+      dtype=dtype,
+    )
+    self.layers = [DecoderLayer(c) for _ in range(c.num_decoder_layers)]
+    self.decoder_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    if not c.tie_word_embeddings:
+      self.logits_dense = Projection(c.vocab_size, dtype=dtype)
+
+  def cross_keys_values(self, encoded: jax.Array) -> tuple[KeysValues, ...]:
+    return tuple(layer.cross_keys_values(encoded) for layer in self.layers)
+
+  def __call__(
+    self,
+    tokens: jax.Array,
+    query_positions: jax.Array,
+    cross: tuple[KeysValues, ...],
+    encoder_valid: jax.Array,
+    caches: tuple[KeysValues, ...] | None = None,
+    end_index: jax.Array | None = None,
+  ) -> tuple[jax.Array, tuple[KeysValues, ...]]:
+    """tokens, query_positions int32[batch, k] -> (logits float32[batch, k, vocab], caches)."""
+    x = self.embedder(tokens)  # [batch, k, d_model]
+    key_length = tokens.shape[1] if caches is None else caches[0][0].shape[1]
+    key_positions = jnp.arange(key_length, dtype=jnp.int32)
+    causal = key_positions[None, None, :] <= query_positions[:, :, None]  # [batch, k, length]
+    self_bias = self.relpos_bias(query_positions, key_positions) + _mask_bias(causal[:, None])
+    cross_bias = _mask_bias(encoder_valid[:, None, None, :])  # [batch, 1, 1, enc_length]
+    new_caches = []
+    for i, layer in enumerate(self.layers):
+      cache = None if caches is None else caches[i]
+      x, keys_values = layer(x, self_bias, cross[i], cross_bias, cache, end_index)
+      new_caches.append(keys_values)
+    y = self.decoder_norm(x).astype(jnp.float32)
+    if self.config.rescale_logits:  # v1.0: y * d_model ** -0.5 before the shared embedding
+      y = y / jnp.sqrt(jnp.float32(self.config.d_model))
+    if self.config.tie_word_embeddings:
+      logits = dense(y, self.embedder.embedding.T)
+    else:
+      logits = self.logits_dense(y)
+    return logits.astype(jnp.float32), tuple(new_caches)
+
+
+class T5Network(nn.Module):
+  config: T5Config
+
+  def setup(self):
+    c = self.config
+    dtype = jnp.dtype(c.dtype)
+    self.token_embedder = nn.Embed(
+      c.vocab_size,
+      c.d_model,
+      dtype=dtype,
+      param_dtype=dtype,
+      embedding_init=nn.initializers.normal(1.0),
+    )
+    self.encoder = Encoder(c)
+    self.decoder = Decoder(c, self.token_embedder)
+
+  def encode(self, tokens: jax.Array, valid: jax.Array) -> jax.Array:
+    """tokens int32[batch, length], valid bool[batch, length] -> [batch, length, d_model]."""
+    return self.encoder(self.token_embedder(tokens), valid)
+
+  def cross_keys_values(self, encoded: jax.Array) -> tuple[KeysValues, ...]:
+    return self.decoder.cross_keys_values(encoded)
+
+  def decode(self, tokens, query_positions, cross, encoder_valid, caches=None, end_index=None):
+    return self.decoder(tokens, query_positions, cross, encoder_valid, caches, end_index)
+
+  def __call__(self, encoder_tokens: jax.Array, decoder_tokens: jax.Array) -> jax.Array:
+    """Teacher-forced forward pass.  -> logits float32[batch, decoder_length, vocab].
+
+    Padding follows T5X: encoder positions with token 0 are masked; decoder positions
+    attend causally (compare outputs at valid positions only).
+    """
+    valid = encoder_tokens > 0
+    encoded = self.encode(encoder_tokens, valid)
+    positions = jnp.broadcast_to(
+      jnp.arange(decoder_tokens.shape[1], dtype=jnp.int32), decoder_tokens.shape
+    )
+    logits, _ = self.decode(decoder_tokens, positions, self.cross_keys_values(encoded), valid)
+    return logits
