@@ -1,8 +1,9 @@
 """specsample: speculative sampling for JAX/Flax language models.
 
-from specsample import SamplingConfig, generate, speculative_generate
+from specsample import SamplingConfig, generate, load_t5, speculative_generate
 """
 
+from specsample.checkpoints import load_t5
 from specsample.core.sampling import SamplingConfig
 from specsample.decoding import (
   DecodingStats,
@@ -20,5 +21,6 @@ __all__ = [
   "NonFiniteLogitsError",
   "SamplingConfig",
   "generate",
+  "load_t5",
   "speculative_generate",
 ]
