@@ -1,125 +1,75 @@
 """The `specsample` command.
 
-specsample demo     speculative sampling on a toy Markov pair: greedy equality with
-                    plain decoding, measured alpha and tokens per target call against
-                    theory, and whole-sequence exactness against the exact target
-                    distribution (no downloads, a few seconds on a CPU).
+specsample translate TEXT...   English -> German with the bundled T5 pair: the
+                               translation, alpha, tokens per target call, and the
+                               speedup over the same target decoding alone
+specsample generate ...        any target/draft checkpoints (T5X or Hugging Face)
+specsample demo                the toy Markov pair, checked against exact distributions
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import pathlib
 import sys
-import time
 
-import jax
-import numpy as np
-
-from specsample.bench import sequence_fit
-from specsample.core import SamplingConfig, expected_tokens_per_iteration
-from specsample.decoding import generate, speculative_generate
-from specsample.models import MarkovLM
+from specsample.compare import Comparison, DecodeSettings, compare, summary_line
+from specsample.core import SamplingConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class DemoSettings:
-  vocab_size: int = 6
-  gamma: int = 4
-  verification: str = "token"
-  temperature: float = 1.0
-  max_new_tokens: int = 3
-  samples: int = 20_000
-  draft_noise: float = 1.0
-  seed: int = 0
-
-
-def toy_pair(settings: DemoSettings) -> tuple[MarkovLM, MarkovLM]:
-  """A random second-order target, and a draft that is a noisy copy of it."""
-  target = MarkovLM.random(settings.seed, settings.vocab_size, order=2, scale=1.5, eos_id=1)
-  noise = jax.random.normal(jax.random.key(settings.seed + 1), target.logits_table.shape)
-  draft = dataclasses.replace(
-    target, logits_table=target.logits_table + settings.draft_noise * noise
-  )
-  return target, draft
-
-
-def run_demo(settings: DemoSettings) -> dict[str, float]:
-  """Runs the demo, prints a report, and returns its numbers."""
-  target, draft = toy_pair(settings)
-  prompt = [2, 3]
-  print(
-    f"specsample demo: second-order Markov target over {settings.vocab_size} tokens, draft = "
-    f"target + noise (sd {settings.draft_noise}), gamma = {settings.gamma}, "
-    f"{settings.verification}-wise verification"
+def _add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
+  group = parser.add_argument_group("decoding")
+  group.add_argument("--gamma", type=int, default=4, help="draft tokens per iteration")
+  group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+  group.add_argument("--top-k", type=int, default=0, help="0 = off")
+  group.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+  group.add_argument("--verification", choices=["token", "block"], default="token")
+  group.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+  group.add_argument("--seed", type=int, default=0)
+  group.add_argument("--repeats", type=int, default=3, help="timed runs (median)")
+  group.add_argument("--no-baseline", action="store_true", help="skip the autoregressive run")
+  group.add_argument(
+    "--trace",
+    nargs="?",
+    const="specsample_trace.html",
+    metavar="HTML",
+    help="draw the acceptance trace in the terminal and write it as HTML "
+    "(default file: specsample_trace.html)",
   )
 
-  # Greedy: token-for-token equality with plain greedy decoding of the target.
-  greedy = SamplingConfig(temperature=0.0)
-  prompts = [[i % settings.vocab_size, (3 * i + 1) % settings.vocab_size] for i in range(16)]
-  plain = generate(target, prompts, max_new_tokens=20, sampling=greedy)
-  spec = speculative_generate(
-    target, draft, prompts, gamma=settings.gamma, max_new_tokens=20, sampling=greedy
-  )
-  same = np.array_equal(np.asarray(plain.tokens), np.asarray(spec.tokens))
-  print(f"  greedy, 16 prompts x 20 tokens: speculative == autoregressive: {same}")
 
-  # Sampling: many rows of one prompt in one batched call.
-  sampling = SamplingConfig(temperature=settings.temperature)
-  start = time.perf_counter()
-  out = speculative_generate(
-    target,
-    draft,
-    [prompt] * settings.samples,
-    gamma=settings.gamma,
-    max_new_tokens=settings.max_new_tokens,
+def _decode_settings(args) -> DecodeSettings:
+  sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+  return DecodeSettings(
+    gamma=args.gamma,
+    max_new_tokens=args.max_new_tokens,
     sampling=sampling,
-    verification=settings.verification,
-    seed=settings.seed,
+    verification=args.verification,
+    seed=args.seed,
   )
-  seconds = time.perf_counter() - start
-  alpha = out.stats.alpha
-  theory = expected_tokens_per_iteration(alpha, settings.gamma)
-  print(
-    f"  sampled {settings.samples} sequences of {settings.max_new_tokens} tokens at "
-    f"temperature {settings.temperature} in {seconds:.2f} s (compilation included)"
-  )
-  print(
-    f"  alpha = {alpha:.3f}; tokens per target call = {out.stats.tokens_per_target_call:.3f} "
-    f"(theory for token-wise at this alpha: {theory:.3f})"
-  )
-  histogram = np.asarray(out.stats.accepted_histogram)
-  print(f"  accepted draft tokens per iteration, histogram over 0..gamma: {histogram.tolist()}")
-
-  # Exactness: whole sequences against the exact target distribution, and the draft's.
-  exact = target.exact_distribution(prompt, settings.max_new_tokens, sampling)
-  spec_fit = sequence_fit(np.asarray(out.tokens), exact)
-  draft_only = generate(
-    draft,
-    [prompt] * settings.samples,
-    max_new_tokens=settings.max_new_tokens,
-    sampling=sampling,
-    seed=settings.seed,
-  )
-  draft_fit = sequence_fit(np.asarray(draft_only.tokens), exact)
-  print(
-    f"  total variation from the exact target distribution: speculative "
-    f"{spec_fit.total_variation:.4f}, draft alone {draft_fit.total_variation:.4f} "
-    f"(sampling noise alone: ~{spec_fit.noise_total_variation:.4f})"
-  )
-  return {
-    "greedy_equal": float(same),
-    "alpha": alpha,
-    "tokens_per_target_call": out.stats.tokens_per_target_call,
-    "speculative_tv": spec_fit.total_variation,
-    "draft_tv": draft_fit.total_variation,
-    "noise_tv": spec_fit.noise_total_variation,
-  }
 
 
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(prog="specsample", description=__doc__.split("\n\n")[0])
   commands = parser.add_subparsers(dest="command", required=True)
+
+  translate = commands.add_parser("translate", help="English -> German with the bundled pair")
+  translate.add_argument("text", nargs="+", help="English sentences (one argument each)")
+  _add_decoding_options(translate, max_new_tokens=48)
+
+  generate = commands.add_parser("generate", help="any T5 target/draft pair")
+  generate.add_argument("--target", required=True, help="T5X or Hugging Face checkpoint")
+  generate.add_argument("--draft", required=True, help="T5X or Hugging Face checkpoint")
+  generate.add_argument("--vocab", help="spiece.model (default: the target's directory)")
+  generate.add_argument("--input-file", help="one input per line")
+  generate.add_argument("--prefix", default="", help='task prefix, e.g. "summarize: "')
+  generate.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+  generate.add_argument("text", nargs="*", help="inputs (instead of --input-file)")
+  _add_decoding_options(generate, max_new_tokens=64)
+
+  from specsample.demo import DemoSettings
+
   demo = commands.add_parser("demo", help="speculative sampling on a toy Markov model pair")
   defaults = DemoSettings()
   demo.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
@@ -133,20 +83,105 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
+def _report(texts, comparison: Comparison, vocab, args) -> None:
+  for source, tokens in zip(texts, comparison.speculative.sequences(), strict=True):
+    print(vocab.decode(tokens))
+    if len(texts) > 1:
+      print(f"  (from: {source})", file=sys.stderr)
+  print(summary_line(comparison), file=sys.stderr)
+  if comparison.identical is not None and args.temperature == 0:
+    print(
+      f"identical to the target's own greedy output: {'yes' if comparison.identical else 'NO'}",
+      file=sys.stderr,
+    )
+
+
+def _trace(target, draft, prompts, settings: DecodeSettings, vocab, path: str, title: str) -> None:
+  from specsample.decoding import speculative_generate
+  from specsample.trace import render_html, render_rich, trace_lines
+
+  out = speculative_generate(
+    target,
+    draft,
+    prompts[:1],
+    gamma=settings.gamma,
+    max_new_tokens=settings.max_new_tokens,
+    sampling=settings.sampling,
+    verification=settings.verification,
+    seed=settings.seed,
+    trace=True,
+  )
+  lines = trace_lines(out.trace.row(0), vocab.piece_text, length=int(out.lengths[0]))
+  render_rich(lines)
+  summary = (
+    f"gamma {settings.gamma}, {settings.verification} verification, temperature "
+    f"{settings.sampling.temperature}; {len(lines)} target calls for {int(out.lengths[0])} "
+    f"tokens; alpha {out.stats.alpha:.2f}"
+  )
+  pathlib.Path(path).write_text(render_html(lines, title=title, summary=summary), encoding="utf-8")
+  print(f"trace written to {path}", file=sys.stderr)
+
+
+def _run_translate(args) -> int:
+  from specsample.bundled import TASK_PREFIX, load_pair
+
+  target, draft, vocab = load_pair()
+  prompts = [vocab.encode(TASK_PREFIX + text) for text in args.text]
+  settings = _decode_settings(args)
+  comparison = compare(
+    target, draft, prompts, settings, repeats=args.repeats, baseline=not args.no_baseline
+  )
+  _report(args.text, comparison, vocab, args)
+  if args.trace:
+    _trace(target, draft, prompts, settings, vocab, args.trace, f"translate: {args.text[0]}")
+  return 0
+
+
+def _run_generate(args) -> int:
+  from specsample.checkpoints import Vocabulary, load_t5
+
+  if args.input_file:
+    lines = pathlib.Path(args.input_file).read_text(encoding="utf-8").splitlines()
+    texts = [line for line in lines if line.strip()]
+  else:
+    texts = list(args.text)
+  if not texts:
+    print("specsample generate: give inputs as arguments or with --input-file", file=sys.stderr)
+    return 2
+  target = load_t5(args.target, dtype=args.dtype)
+  draft = load_t5(args.draft, dtype=args.dtype)
+  vocab = Vocabulary(args.vocab or args.target)
+  prompts = [vocab.encode(args.prefix + text) for text in texts]
+  settings = _decode_settings(args)
+  comparison = compare(
+    target, draft, prompts, settings, repeats=args.repeats, baseline=not args.no_baseline
+  )
+  _report(texts, comparison, vocab, args)
+  if args.trace:
+    _trace(target, draft, prompts, settings, vocab, args.trace, f"generate: {texts[0]}")
+  return 0
+
+
+def _run_demo(args) -> int:
+  from specsample.demo import DemoSettings, run_demo
+
+  fields = {f.name for f in dataclasses.fields(DemoSettings)}
+  settings = DemoSettings(**{k: v for k, v in vars(args).items() if k in fields})
+  if settings.temperature <= 0:
+    print("specsample demo: --temperature must be > 0 for the sampling part", file=sys.stderr)
+    return 2
+  run_demo(settings)
+  return 0
+
+
 def main(argv: list[str] | None = None) -> int:
   args = _parser().parse_args(argv)
-  if args.command == "demo":
-    fields = {f.name for f in dataclasses.fields(DemoSettings)}
-    settings = DemoSettings(**{k: v for k, v in vars(args).items() if k in fields})
-    if settings.temperature <= 0:
-      print("specsample demo: --temperature must be > 0 for the sampling part", file=sys.stderr)
-      return 2
-    try:
-      run_demo(settings)
-    except (ValueError, TypeError) as error:
-      print(f"specsample demo: {error}", file=sys.stderr)
-      return 2
-  return 0
+  runners = {"translate": _run_translate, "generate": _run_generate, "demo": _run_demo}
+  try:
+    return runners[args.command](args)
+  except (ValueError, TypeError, FileNotFoundError) as error:
+    print(f"specsample {args.command}: {error}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

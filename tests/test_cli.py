@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from specsample.cli import DemoSettings, main, run_demo
+from specsample.cli import main
+from specsample.demo import DemoSettings, run_demo
 
 
 def test_demo_reports_exactness_and_acceptance(capsys):

@@ -159,8 +159,14 @@ def t5x_to_hf_name(path: str) -> tuple[str, bool]:
   raise KeyError(path)
 
 
-def save_hf_t5(model: T5, directory: str | os.PathLike) -> None:
-  """Writes `model` as a Hugging Face T5 directory (config.json + float32 model.safetensors)."""
+def save_hf_t5(model: T5, directory: str | os.PathLike, *, dtype: str = "float32") -> None:
+  """Writes `model` as a Hugging Face T5 directory (config.json + model.safetensors).
+
+  dtype: "float32" or "float16" for the stored tensors (float16 halves the files; the
+  loader casts to whatever dtype the model is loaded in).
+  """
+  if dtype not in ("float32", "float16"):
+    raise ValueError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
   from safetensors.numpy import save_file
 
   directory = str(directory)
@@ -168,7 +174,7 @@ def save_hf_t5(model: T5, directory: str | os.PathLike) -> None:
   tensors = {}
   for keys, value in flatten(model.params).items():
     name, transpose = t5x_to_hf_name("/".join(keys))
-    array = np.asarray(value, np.float32)
+    array = np.asarray(value, np.float32).astype(dtype)
     tensors[name] = np.ascontiguousarray(array.T if transpose else array)
   save_file(tensors, os.path.join(directory, "model.safetensors"))
   with open(os.path.join(directory, "config.json"), "w") as f:

@@ -59,6 +59,12 @@ class Vocabulary:
     ids = list(self._seqio.encode(text)) if self._seqio else self._processor.EncodeAsIds(text)
     return [*ids, self.eos_id] if add_eos else ids
 
+  def piece_text(self, token: int) -> str:
+    """The surface text of one token (SentencePiece's word-start mark as a space)."""
+    if token == self.eos_id:
+      return "</s>"
+    return self._processor.IdToPiece(int(token)).replace("\u2581", " ")
+
   def decode(self, ids: Sequence[int]) -> str:
     """Text of the ids up to the first EOS; padding is dropped."""
     kept = []

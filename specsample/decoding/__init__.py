@@ -1,13 +1,19 @@
 """The compiled decoding loops. They know models only through the model contract."""
 
 from specsample.decoding.autoregressive import generate
-from specsample.decoding.outputs import DecodingStats, GenerationOutput, NonFiniteLogitsError
+from specsample.decoding.outputs import (
+  DecodingStats,
+  GenerationOutput,
+  NonFiniteLogitsError,
+  SpeculativeTrace,
+)
 from specsample.decoding.speculative import speculative_generate
 
 __all__ = [
   "DecodingStats",
   "GenerationOutput",
   "NonFiniteLogitsError",
+  "SpeculativeTrace",
   "generate",
   "speculative_generate",
 ]

@@ -77,10 +77,31 @@ class DecodingStats:
 
 
 @struct.dataclass(kw_only=True)
+class SpeculativeTrace:
+  """What every iteration proposed and kept (speculative_generate(..., trace=True)).
+
+  Iterations are bounded by max_new_tokens (each one commits at least one token per
+  unfinished row); entries past the last iteration, or of finished rows, are inactive.
+  """
+
+  drafts: jax.Array  # int32[max_new_tokens, batch, gamma]: x_1..x_gamma
+  accepted: jax.Array  # int32[max_new_tokens, batch]: n
+  next_token: jax.Array  # int32[max_new_tokens, batch]: y (correction or bonus)
+  active: jax.Array  # bool[max_new_tokens, batch]: the row took part in that iteration
+
+  def row(self, index: int) -> list[tuple[list[int], int, int]]:
+    """(draft tokens, number accepted, next token) for each iteration row `index` took part in."""
+    drafts, accepted = np.asarray(self.drafts[:, index]), np.asarray(self.accepted[:, index])
+    nexts, active = np.asarray(self.next_token[:, index]), np.asarray(self.active[:, index])
+    return [(drafts[i].tolist(), int(accepted[i]), int(nexts[i])) for i in np.flatnonzero(active)]
+
+
+@struct.dataclass(kw_only=True)
 class GenerationOutput:
   tokens: jax.Array  # int32[batch, max_new_tokens], pad_id after each row's end
   lengths: jax.Array  # int32[batch]: generated tokens per row, EOS included
   stats: DecodingStats
+  trace: SpeculativeTrace | None = None
 
   def sequences(self) -> list[list[int]]:
     """Each row's generated tokens as a Python list, without padding."""

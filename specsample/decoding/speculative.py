@@ -39,7 +39,12 @@ from specsample.decoding.inputs import (
   make_key,
   prepare_prompts,
 )
-from specsample.decoding.outputs import DecodingStats, GenerationOutput, raise_on_nonfinite
+from specsample.decoding.outputs import (
+  DecodingStats,
+  GenerationOutput,
+  SpeculativeTrace,
+  raise_on_nonfinite,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +55,7 @@ class SpeculativeSettings:
   max_new_tokens: int
   sampling: SamplingConfig
   rule: str | VerificationRule  # "token", "block", "greedy", or a custom rule
+  record_trace: bool = False
 
 
 @struct.dataclass(kw_only=True)
@@ -71,6 +77,7 @@ class SpeculativeLoopState:
   accepted: jax.Array  # int32[batch]
   rejected: jax.Array  # int32[batch]
   accepted_histogram: jax.Array  # int32[gamma + 1]
+  trace: SpeculativeTrace | None  # per-iteration record, when asked for
 
 
 def _draft_block(
@@ -142,6 +149,7 @@ def _speculative_loop(
     accepted=zeros,
     rejected=zeros,
     accepted_histogram=jnp.zeros((gamma + 1,), jnp.int32),
+    trace=_empty_trace(batch, settings) if settings.record_trace else None,
   )
 
   def iteration(s: SpeculativeLoopState) -> SpeculativeLoopState:
@@ -189,7 +197,17 @@ def _speculative_loop(
     new_pending = jnp.where(all_accepted[:, None], pending_if_all, pending_if_not)
 
     counted = active & ~(target_bad | draft_bad)  # [batch]: row-iterations in the statistics
+    trace = s.trace
+    if trace is not None:
+      i = s.iterations
+      trace = trace.replace(
+        drafts=trace.drafts.at[i].set(x),
+        accepted=trace.accepted.at[i].set(n),
+        next_token=trace.next_token.at[i].set(y),
+        active=trace.active.at[i].set(counted),
+      )
     return s.replace(
+      trace=trace,
       target_state=target_state,
       draft_state=draft_state,
       last_token=jnp.where(active, y, s.last_token),
@@ -219,8 +237,21 @@ def _speculative_loop(
     rejected=final.rejected,
     accepted_histogram=final.accepted_histogram,
   )
-  output = GenerationOutput(tokens=final.tokens, lengths=final.lengths, stats=stats)
+  output = GenerationOutput(
+    tokens=final.tokens, lengths=final.lengths, stats=stats, trace=final.trace
+  )
   return output, {"target": final.target_nonfinite, "draft": final.draft_nonfinite}
+
+
+def _empty_trace(batch: int, settings: SpeculativeSettings) -> SpeculativeTrace:
+  iterations = settings.max_new_tokens  # each iteration commits >= 1 token per active row
+  zeros = jnp.zeros((iterations, batch), jnp.int32)
+  return SpeculativeTrace(
+    drafts=jnp.zeros((iterations, batch, settings.gamma), jnp.int32),
+    accepted=zeros,
+    next_token=zeros,
+    active=jnp.zeros((iterations, batch), bool),
+  )
 
 
 _speculative_compiled = jax.jit(_speculative_loop, static_argnames=("settings",))
@@ -237,6 +268,7 @@ def speculative_generate(
   verification: str | VerificationRule = "token",
   seed: int | jax.Array = 0,
   prompt_lengths=None,
+  trace: bool = False,
 ) -> GenerationOutput:
   """Speculative sampling: the output is distributed exactly as `generate(target, ...)`.
 
@@ -255,10 +287,13 @@ def speculative_generate(
       rule of your own (it is static: pass the same function object to reuse the
       compiled program); check its exactness with `MarkovLM.exact_distribution`.
     seed: int or jax PRNG key. The same seed gives the same output.
+    trace: also record every iteration's draft tokens, accepted count and next token
+      (`output.trace`, for the acceptance-trace picture); a separate compiled program.
 
   Returns:
     GenerationOutput: tokens int32[batch, max_new_tokens] (pad after each row's end),
-    lengths int32[batch], DecodingStats (alpha, tokens_per_target_call, histogram, ...).
+    lengths int32[batch], DecodingStats (alpha, tokens_per_target_call, histogram, ...),
+    and the SpeculativeTrace when asked for.
   """
   check_model("target", target)
   check_model("draft", draft)
@@ -284,6 +319,7 @@ def speculative_generate(
     max_new_tokens=check_positive_int("max_new_tokens", max_new_tokens),
     sampling=sampling,
     rule="greedy" if sampling.is_greedy and not callable(verification) else verification,
+    record_trace=bool(trace),
   )
   key = make_key(seed)
   prompts, prompt_lengths = prepare_prompts(

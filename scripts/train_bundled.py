@@ -1,0 +1,216 @@
+"""Builds the bundled English->German target/draft pair from the system's gettext catalogs.
+
+Stages (each skipped when its output already exists in --work, so a run can resume):
+  1. data      clean + split the /usr/share/locale/de pairs   -> work/data/*.tsv
+  2. vocab     SentencePiece (T5 ids: pad 0, eos 1, unk 2)      -> work/spiece.model
+  3. target    T5 v1.1-style target, cross-entropy             -> work/target/
+  4. draft     small draft: cross-entropy warm start, then on-policy forward-KL
+               distillation from the target (DistillSpec)      -> work/draft/
+  5. evaluate  BLEU (sacrebleu) of both on the test split, alpha of the pair
+  6. bundle    float16 safetensors + spiece.model + card       -> specsample/bundled/ende/
+
+  python scripts/train_bundled.py --work out/bundled [--target-minutes 35 --draft-minutes 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+
+from specsample import SamplingConfig, generate, speculative_generate
+from specsample.checkpoints import Vocabulary, load_t5, save_hf_t5
+from specsample.data.gettext_pairs import build_pairs, read_tsv, write_tsv
+from specsample.models.t5 import T5, T5Config
+from specsample.train.seq2seq import (
+  TrainSettings,
+  batches,
+  cross_entropy,
+  forward_kl,
+  pad_batch,
+  train,
+)
+
+PREFIX = "translate English to German: "
+INPUT_LENGTH, TARGET_LENGTH = 48, 48
+VOCAB_SIZE = 4000
+TARGET_CONFIG = T5Config(
+  vocab_size=VOCAB_SIZE, d_model=192, num_heads=3, head_dim=64, mlp_dim=768,
+  num_encoder_layers=3, num_decoder_layers=3, mlp_activations=("gelu", "linear"),
+  tie_word_embeddings=False,
+)  # fmt: skip
+DRAFT_CONFIG = T5Config(
+  vocab_size=VOCAB_SIZE, d_model=64, num_heads=2, head_dim=32, mlp_dim=256,
+  num_encoder_layers=2, num_decoder_layers=1, mlp_activations=("gelu", "linear"),
+  tie_word_embeddings=False,
+)  # fmt: skip
+BUNDLE = os.path.join(os.path.dirname(__file__), "..", "specsample", "bundled", "ende")
+
+
+def log(message: str) -> None:
+  print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def stage_data(work: str) -> None:
+  if os.path.exists(os.path.join(work, "data", "test.tsv")):
+    return
+  os.makedirs(os.path.join(work, "data"), exist_ok=True)
+  for split, pairs in build_pairs().items():
+    count = write_tsv(pairs, os.path.join(work, "data", f"{split}.tsv"))
+    log(f"data: {split} {count} pairs")
+
+
+def stage_vocab(work: str) -> Vocabulary:
+  model = os.path.join(work, "spiece.model")
+  if not os.path.exists(model):
+    import sentencepiece as spm
+
+    pairs = read_tsv(os.path.join(work, "data", "train.tsv"))
+    corpus = os.path.join(work, "spiece_corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+      for english, german in pairs:
+        f.write(f"{english}\n{german}\n")
+      f.write(PREFIX.strip() + "\n")
+    spm.SentencePieceTrainer.train(
+      input=corpus, model_prefix=os.path.join(work, "spiece"), vocab_size=VOCAB_SIZE,
+      model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+      user_defined_symbols=["%s", "{0}"], character_coverage=1.0, num_threads=2,
+    )  # fmt: skip
+    log("vocab: trained")
+  return Vocabulary(model)
+
+
+def encoded_split(work: str, vocab: Vocabulary, split: str):
+  pairs = read_tsv(os.path.join(work, "data", f"{split}.tsv"))
+  inputs = pad_batch([vocab.encode(PREFIX + en) for en, _ in pairs], INPUT_LENGTH)
+  targets = pad_batch([vocab.encode(de) for _, de in pairs], TARGET_LENGTH)
+  return pairs, inputs, targets
+
+
+def progress_logger(name: str):
+  return lambda step, loss: log(f"{name}: step {step} loss {loss:.3f}")
+
+
+def stage_target(work: str, vocab: Vocabulary, minutes: float) -> T5:
+  out = os.path.join(work, "target")
+  if os.path.exists(os.path.join(out, "config.json")):
+    return load_t5(out)
+  _, inputs, targets = encoded_split(work, vocab, "train")
+  settings = TrainSettings(steps=4500, batch_size=64, learning_rate=2e-3, max_seconds=minutes * 60)
+  data = batches(inputs, targets, settings.batch_size, settings.seed)
+  model, _ = train(
+    T5.init_random(TARGET_CONFIG, seed=0), cross_entropy, lambda _: next(data), settings,
+    progress=progress_logger("target"),
+  )  # fmt: skip
+  save_hf_t5(model, out)
+  return model
+
+
+def stage_draft(work: str, vocab: Vocabulary, target: T5, minutes: float) -> T5:
+  out = os.path.join(work, "draft")
+  if os.path.exists(os.path.join(out, "config.json")):
+    return load_t5(out)
+  _, inputs, targets = encoded_split(work, vocab, "train")
+  # Warm start on the data (a third of the budget), then on-policy distillation.
+  warm = TrainSettings(steps=2000, batch_size=64, learning_rate=3e-3, max_seconds=minutes * 20)
+  data = batches(inputs, targets, warm.batch_size, 1)
+  draft, _ = train(
+    T5.init_random(DRAFT_CONFIG, seed=1), cross_entropy, lambda _: next(data), warm,
+    progress=progress_logger("draft warm-up"),
+  )  # fmt: skip
+
+  prompts = batches(inputs, targets, 64, 2)
+  pool: list = []
+
+  def on_policy(current: T5):
+    """Batches of sequences the current draft samples, refreshed every 8 steps."""
+    if not pool:
+      for seed in range(8):
+        batch_inputs, _ = next(prompts)
+        lists = [row[row > 0].tolist() for row in batch_inputs]
+        sampled = generate(
+          current, lists, max_new_tokens=TARGET_LENGTH, sampling=SamplingConfig(), seed=seed
+        )
+        pool.append((batch_inputs, np.asarray(sampled.tokens)))
+    return pool.pop()
+
+  settings = TrainSettings(steps=1500, batch_size=64, learning_rate=1e-3, warmup_steps=50,
+                           max_seconds=minutes * 40)  # fmt: skip
+  draft, _ = train(
+    draft, lambda c, p, i, t: forward_kl(c, p, target, i, t), on_policy, settings,
+    progress=progress_logger("draft distillation"),
+  )  # fmt: skip
+  save_hf_t5(draft, out)
+  return draft
+
+
+def translate_all(model: T5, vocab: Vocabulary, pairs, batch: int = 128) -> list[str]:
+  outputs = []
+  for start in range(0, len(pairs), batch):
+    prompts = [vocab.encode(PREFIX + en) for en, _ in pairs[start : start + batch]]
+    out = generate(model, prompts, max_new_tokens=TARGET_LENGTH, sampling=SamplingConfig(0.0))
+    outputs += [vocab.decode(seq) for seq in out.sequences()]
+  return outputs
+
+
+def stage_evaluate(work: str, vocab: Vocabulary, target: T5, draft: T5) -> dict:
+  import sacrebleu
+
+  pairs = read_tsv(os.path.join(work, "data", "test.tsv"))
+  references = [[de for _, de in pairs]]
+  metrics = {"test_pairs": len(pairs)}
+  for name, model in (("target", target), ("draft", draft)):
+    hypotheses = translate_all(model, vocab, pairs)
+    metrics[f"{name}_bleu"] = round(sacrebleu.corpus_bleu(hypotheses, references).score, 2)
+    metrics[f"{name}_parameters"] = model.config.num_parameters
+  prompts = [vocab.encode(PREFIX + en) for en, _ in pairs]
+  for temperature in (0.0, 1.0):
+    out = speculative_generate(
+      target, draft, prompts, gamma=4, max_new_tokens=TARGET_LENGTH,
+      sampling=SamplingConfig(temperature=temperature), seed=0,
+    )  # fmt: skip
+    metrics[f"alpha_t{temperature:g}"] = round(out.stats.alpha, 3)
+    metrics[f"tokens_per_target_call_t{temperature:g}"] = round(out.stats.tokens_per_target_call, 3)
+  log(f"evaluate: {metrics}")
+  return metrics
+
+
+def stage_bundle(work: str, target: T5, draft: T5, metrics: dict) -> None:
+  os.makedirs(BUNDLE, exist_ok=True)
+  for name, model in (("target", target), ("draft", draft)):
+    save_hf_t5(model, os.path.join(BUNDLE, name), dtype="float16")
+  shutil.copy(os.path.join(work, "spiece.model"), os.path.join(BUNDLE, "spiece.model"))
+  with open(os.path.join(BUNDLE, "metrics.json"), "w") as f:
+    json.dump(
+      {**metrics, "target_config": dataclasses.asdict(target.config),
+       "draft_config": dataclasses.asdict(draft.config)}, f, indent=2,
+    )  # fmt: skip
+  log(f"bundle: written to {os.path.abspath(BUNDLE)}")
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--work", default="out/bundled")
+  parser.add_argument("--target-minutes", type=float, default=35)
+  parser.add_argument("--draft-minutes", type=float, default=12)
+  parser.add_argument("--no-bundle", action="store_true", help="stop after evaluation")
+  args = parser.parse_args()
+  os.makedirs(args.work, exist_ok=True)
+  stage_data(args.work)
+  vocab = stage_vocab(args.work)
+  target = stage_target(args.work, vocab, args.target_minutes)
+  draft = stage_draft(args.work, vocab, target, args.draft_minutes)
+  metrics = stage_evaluate(args.work, vocab, target, draft)
+  if not args.no_bundle:
+    stage_bundle(args.work, target, draft, metrics)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,31 @@
+"""The bundled English->German T5 target/draft pair (trained by scripts/train_bundled.py).
+
+Files under `ende/`: `target/` and `draft/` (Hugging Face layout, float16 safetensors),
+`spiece.model`, `metrics.json` and `MODEL_CARD.md`.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from specsample.checkpoints import Vocabulary, load_t5
+from specsample.models.t5 import T5
+
+BUNDLE_DIR = pathlib.Path(__file__).parent / "ende"
+TASK_PREFIX = "translate English to German: "
+
+
+def available() -> bool:
+  return all((BUNDLE_DIR / part).exists() for part in ("target", "draft", "spiece.model"))
+
+
+def load_pair(dtype: str = "float32") -> tuple[T5, T5, Vocabulary]:
+  """(target, draft, vocabulary) of the bundled pair."""
+  if not available():
+    raise FileNotFoundError(
+      f"the bundled English->German pair is not in {BUNDLE_DIR}; build it with "
+      "`python scripts/train_bundled.py`"
+    )
+  target = load_t5(BUNDLE_DIR / "target", dtype=dtype)
+  draft = load_t5(BUNDLE_DIR / "draft", dtype=dtype)
+  return target, draft, Vocabulary(BUNDLE_DIR / "spiece.model")

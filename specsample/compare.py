@@ -1,0 +1,112 @@
+"""Speculative vs autoregressive decoding of the same target, timed side by side.
+
+Used by `specsample translate` and `specsample generate`: both decoders run on the same
+prompts in the same process; each is called once to compile (reported separately) and
+then `repeats` times; the medians give the measured speedup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from specsample.bench import time_call
+from specsample.core import SamplingConfig
+from specsample.decoding import GenerationOutput, generate, speculative_generate
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSettings:
+  gamma: int = 4
+  max_new_tokens: int = 64
+  sampling: SamplingConfig = SamplingConfig(temperature=0.0)
+  verification: str = "token"
+  seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  speculative: GenerationOutput
+  autoregressive: GenerationOutput | None
+  speculative_seconds: float  # median of the timed runs
+  autoregressive_seconds: float | None
+  speculative_compile_seconds: float
+  autoregressive_compile_seconds: float | None
+
+  @property
+  def speedup(self) -> float | None:
+    if self.autoregressive_seconds is None:
+      return None
+    return self.autoregressive_seconds / self.speculative_seconds
+
+  @property
+  def identical(self) -> bool | None:
+    """Whether both produced the same tokens (expected under greedy decoding)."""
+    if self.autoregressive is None:
+      return None
+    return bool(np.array_equal(self.speculative.tokens, self.autoregressive.tokens))
+
+  def ms_per_token(self, which: str) -> float:
+    output = self.speculative if which == "speculative" else self.autoregressive
+    seconds = self.speculative_seconds if which == "speculative" else self.autoregressive_seconds
+    return 1e3 * seconds / max(1, int(np.sum(output.lengths)))
+
+
+def compare(
+  target, draft, prompts, settings: DecodeSettings, *, repeats: int = 3, baseline: bool = True
+) -> Comparison:
+  """Decodes `prompts` speculatively and (if `baseline`) autoregressively, timing both."""
+
+  def speculative():
+    return speculative_generate(
+      target,
+      draft,
+      prompts,
+      gamma=settings.gamma,
+      max_new_tokens=settings.max_new_tokens,
+      sampling=settings.sampling,
+      verification=settings.verification,
+      seed=settings.seed,
+    )
+
+  def autoregressive():
+    return generate(
+      target,
+      prompts,
+      max_new_tokens=settings.max_new_tokens,
+      sampling=settings.sampling,
+      seed=settings.seed,
+    )
+
+  spec_timing, spec_out = time_call(speculative, repeats=repeats)
+  ar_timing, ar_out = time_call(autoregressive, repeats=repeats) if baseline else (None, None)
+  return Comparison(
+    speculative=spec_out,
+    autoregressive=ar_out,
+    speculative_seconds=spec_timing.median,
+    autoregressive_seconds=ar_timing.median if ar_timing else None,
+    speculative_compile_seconds=spec_timing.compile_seconds,
+    autoregressive_compile_seconds=ar_timing.compile_seconds if ar_timing else None,
+  )
+
+
+def summary_line(comparison: Comparison) -> str:
+  stats = comparison.speculative.stats
+  parts = [
+    f"alpha {stats.alpha:.2f}",
+    f"tokens per target call {stats.tokens_per_target_call:.2f}",
+  ]
+  if comparison.speedup is not None:
+    parts.append(
+      f"speedup {comparison.speedup:.2f}x over autoregressive "
+      f"({comparison.ms_per_token('autoregressive'):.1f} -> "
+      f"{comparison.ms_per_token('speculative'):.1f} ms/token)"
+    )
+    parts.append(
+      f"compilation {comparison.speculative_compile_seconds:.1f} s + "
+      f"{comparison.autoregressive_compile_seconds:.1f} s (excluded)"
+    )
+  else:
+    parts.append(f"compilation {comparison.speculative_compile_seconds:.1f} s (excluded)")
+  return " | ".join(parts)

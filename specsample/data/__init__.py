@@ -1,0 +1,1 @@
+"""Datasets: the offline English->German gettext pairs (and, later, seqio/TFDS tasks)."""

@@ -1,0 +1,1 @@
+"""Training T5 pairs with optax (used to build the bundled English->German models)."""
