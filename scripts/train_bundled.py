@@ -24,9 +24,10 @@ import time
 
 import numpy as np
 
-from specsample import SamplingConfig, generate, speculative_generate
+from specsample import SamplingConfig, generate
 from specsample.checkpoints import Vocabulary, load_t5, save_hf_t5
 from specsample.data.gettext_pairs import build_pairs, read_tsv, write_tsv
+from specsample.eval.translation import evaluate_pair
 from specsample.models.t5 import T5, T5Config
 from specsample.train.seq2seq import (
   TrainSettings,
@@ -93,6 +94,17 @@ def encoded_split(work: str, vocab: Vocabulary, split: str):
   return pairs, inputs, targets
 
 
+def record(work: str, **facts) -> None:
+  """Adds training facts to work/training.json (they end up in the model card)."""
+  path = os.path.join(work, "training.json")
+  stored = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      stored = json.load(f)
+  with open(path, "w") as f:
+    json.dump({**stored, **facts}, f, indent=2)
+
+
 def progress_logger(name: str):
   return lambda step, loss: log(f"{name}: step {step} loss {loss:.3f}")
 
@@ -104,10 +116,17 @@ def stage_target(work: str, vocab: Vocabulary, minutes: float) -> T5:
   _, inputs, targets = encoded_split(work, vocab, "train")
   settings = TrainSettings(steps=4500, batch_size=64, learning_rate=2e-3, max_seconds=minutes * 60)
   data = batches(inputs, targets, settings.batch_size, settings.seed)
-  model, _ = train(
+  start = time.time()
+  model, losses = train(
     T5.init_random(TARGET_CONFIG, seed=0), cross_entropy, lambda _: next(data), settings,
     progress=progress_logger("target"),
   )  # fmt: skip
+  record(
+    work,
+    train_pairs=len(inputs),
+    target=f"{losses[-1][0]} steps x 64, cross-entropy {losses[-1][1]:.2f}, "
+    f"{(time.time() - start) / 60:.0f} min",
+  )
   save_hf_t5(model, out)
   return model
 
@@ -120,7 +139,7 @@ def stage_draft(work: str, vocab: Vocabulary, target: T5, minutes: float) -> T5:
   # Warm start on the data (a third of the budget), then on-policy distillation.
   warm = TrainSettings(steps=2000, batch_size=64, learning_rate=3e-3, max_seconds=minutes * 20)
   data = batches(inputs, targets, warm.batch_size, 1)
-  draft, _ = train(
+  draft, warm_log = train(
     T5.init_random(DRAFT_CONFIG, seed=1), cross_entropy, lambda _: next(data), warm,
     progress=progress_logger("draft warm-up"),
   )  # fmt: skip
@@ -142,41 +161,19 @@ def stage_draft(work: str, vocab: Vocabulary, target: T5, minutes: float) -> T5:
 
   settings = TrainSettings(steps=1500, batch_size=64, learning_rate=1e-3, warmup_steps=50,
                            max_seconds=minutes * 40)  # fmt: skip
-  draft, _ = train(
+  draft, kl_log = train(
     draft, lambda c, p, i, t: forward_kl(c, p, target, i, t), on_policy, settings,
     progress=progress_logger("draft distillation"),
   )  # fmt: skip
+  record(work, draft=f"{warm_log[-1][0]} warm-up + {kl_log[-1][0]} distillation steps x 64, "
+         f"final KL {kl_log[-1][1]:.2f}")  # fmt: skip
   save_hf_t5(draft, out)
   return draft
 
 
-def translate_all(model: T5, vocab: Vocabulary, pairs, batch: int = 128) -> list[str]:
-  outputs = []
-  for start in range(0, len(pairs), batch):
-    prompts = [vocab.encode(PREFIX + en) for en, _ in pairs[start : start + batch]]
-    out = generate(model, prompts, max_new_tokens=TARGET_LENGTH, sampling=SamplingConfig(0.0))
-    outputs += [vocab.decode(seq) for seq in out.sequences()]
-  return outputs
-
-
 def stage_evaluate(work: str, vocab: Vocabulary, target: T5, draft: T5) -> dict:
-  import sacrebleu
-
   pairs = read_tsv(os.path.join(work, "data", "test.tsv"))
-  references = [[de for _, de in pairs]]
-  metrics = {"test_pairs": len(pairs)}
-  for name, model in (("target", target), ("draft", draft)):
-    hypotheses = translate_all(model, vocab, pairs)
-    metrics[f"{name}_bleu"] = round(sacrebleu.corpus_bleu(hypotheses, references).score, 2)
-    metrics[f"{name}_parameters"] = model.config.num_parameters
-  prompts = [vocab.encode(PREFIX + en) for en, _ in pairs]
-  for temperature in (0.0, 1.0):
-    out = speculative_generate(
-      target, draft, prompts, gamma=4, max_new_tokens=TARGET_LENGTH,
-      sampling=SamplingConfig(temperature=temperature), seed=0,
-    )  # fmt: skip
-    metrics[f"alpha_t{temperature:g}"] = round(out.stats.alpha, 3)
-    metrics[f"tokens_per_target_call_t{temperature:g}"] = round(out.stats.tokens_per_target_call, 3)
+  metrics = evaluate_pair(target, draft, vocab, pairs, prefix=PREFIX, max_new_tokens=TARGET_LENGTH)
   log(f"evaluate: {metrics}")
   return metrics
 
@@ -186,10 +183,13 @@ def stage_bundle(work: str, target: T5, draft: T5, metrics: dict) -> None:
   for name, model in (("target", target), ("draft", draft)):
     save_hf_t5(model, os.path.join(BUNDLE, name), dtype="float16")
   shutil.copy(os.path.join(work, "spiece.model"), os.path.join(BUNDLE, "spiece.model"))
+  shutil.copy(os.path.join(work, "data", "test.tsv"), os.path.join(BUNDLE, "test.tsv"))
+  with open(os.path.join(work, "training.json")) as f:
+    training = json.load(f)
   with open(os.path.join(BUNDLE, "metrics.json"), "w") as f:
     json.dump(
       {**metrics, "target_config": dataclasses.asdict(target.config),
-       "draft_config": dataclasses.asdict(draft.config)}, f, indent=2,
+       "draft_config": dataclasses.asdict(draft.config), "training": training}, f, indent=2,
     )  # fmt: skip
   log(f"bundle: written to {os.path.abspath(BUNDLE)}")
 

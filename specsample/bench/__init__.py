@@ -1,6 +1,7 @@
 """Measuring specsample: timing that excludes compilation, and exactness checks."""
 
+from specsample.bench.costs import cost_ratio, step_seconds
 from specsample.bench.exactness import SequenceFit, sequence_fit
 from specsample.bench.timing import Timing, time_call
 
-__all__ = ["SequenceFit", "Timing", "sequence_fit", "time_call"]
+__all__ = ["SequenceFit", "Timing", "cost_ratio", "sequence_fit", "step_seconds", "time_call"]

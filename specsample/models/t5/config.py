@@ -80,7 +80,9 @@ class T5Config:
     return encoder + decoder + relpos + embedding
 
 
-def _v10(d_model, num_heads, mlp_dim, layers, head_dim=64) -> T5Config:
+def _sized(family: str, d_model, num_heads, mlp_dim, layers, head_dim=64) -> T5Config:
+  """A published size of T5 v1.0 ("1.0") or v1.1 ("1.1")."""
+  v11 = family == "1.1"
   return T5Config(
     d_model=d_model,
     num_heads=num_heads,
@@ -88,34 +90,23 @@ def _v10(d_model, num_heads, mlp_dim, layers, head_dim=64) -> T5Config:
     mlp_dim=mlp_dim,
     num_encoder_layers=layers,
     num_decoder_layers=layers,
-  )
-
-
-def _v11(d_model, num_heads, mlp_dim, layers, head_dim=64) -> T5Config:
-  return T5Config(
-    d_model=d_model,
-    num_heads=num_heads,
-    head_dim=head_dim,
-    mlp_dim=mlp_dim,
-    num_encoder_layers=layers,
-    num_decoder_layers=layers,
-    mlp_activations=("gelu", "linear"),
-    tie_word_embeddings=False,
+    mlp_activations=("gelu", "linear") if v11 else ("relu",),
+    tie_word_embeddings=not v11,
   )
 
 
 # The published sizes (T5 paper; T5X gin configs; Hugging Face config.json files).
 PRESETS: dict[str, T5Config] = {
-  "t5-small": _v10(512, 8, 2048, 6),
-  "t5-base": _v10(768, 12, 3072, 12),
-  "t5-large": _v10(1024, 16, 4096, 24),
-  "t5-3b": _v10(1024, 32, 16384, 24, head_dim=128),
-  "t5-11b": _v10(1024, 128, 65536, 24, head_dim=128),
-  "t5.1.1-small": _v11(512, 6, 1024, 8),
-  "t5.1.1-base": _v11(768, 12, 2048, 12),
-  "t5.1.1-large": _v11(1024, 16, 2816, 24),
-  "t5.1.1-xl": _v11(2048, 32, 5120, 24),
-  "t5.1.1-xxl": _v11(4096, 64, 10240, 24),
+  "t5-small": _sized("1.0", 512, 8, 2048, 6),
+  "t5-base": _sized("1.0", 768, 12, 3072, 12),
+  "t5-large": _sized("1.0", 1024, 16, 4096, 24),
+  "t5-3b": _sized("1.0", 1024, 32, 16384, 24, head_dim=128),
+  "t5-11b": _sized("1.0", 1024, 128, 65536, 24, head_dim=128),
+  "t5.1.1-small": _sized("1.1", 512, 6, 1024, 8),
+  "t5.1.1-base": _sized("1.1", 768, 12, 2048, 12),
+  "t5.1.1-large": _sized("1.1", 1024, 16, 2816, 24),
+  "t5.1.1-xl": _sized("1.1", 2048, 32, 5120, 24),
+  "t5.1.1-xxl": _sized("1.1", 4096, 64, 10240, 24),
 }
 for _size in ("small", "base", "large", "xl", "xxl"):
   PRESETS[f"flan-t5-{_size}"] = PRESETS[f"t5.1.1-{_size}"]

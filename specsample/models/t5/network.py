@@ -34,6 +34,17 @@ def _mask_bias(allowed: jax.Array) -> jax.Array:
   return jnp.where(allowed, 0.0, MASK_BIAS).astype(jnp.float32)
 
 
+def _relative_position_bias(config: T5Config, *, bidirectional: bool) -> RelativePositionBias:
+  """One stack's relative position bias (shared by all its layers)."""
+  return RelativePositionBias(
+    config.num_heads,
+    config.relative_attention_num_buckets,
+    config.relative_attention_max_distance,
+    bidirectional=bidirectional,
+    dtype=jnp.dtype(config.dtype),
+  )
+
+
 def write_at(cache: jax.Array, new: jax.Array, end_index: jax.Array) -> jax.Array:
   """Writes new [batch, k, ...] into cache [batch, length, ...] at each row's end index."""
 
@@ -65,13 +76,7 @@ class Encoder(nn.Module):
 
   def setup(self):
     c, dtype = self.config, jnp.dtype(self.config.dtype)
-    self.relpos_bias = RelativePositionBias(
-      c.num_heads,
-      c.relative_attention_num_buckets,
-      c.relative_attention_max_distance,
-      bidirectional=True,
-      dtype=dtype,
-    )
+    self.relpos_bias = _relative_position_bias(c, bidirectional=True)
     self.layers = [EncoderLayer(c) for _ in range(c.num_encoder_layers)]
     self.encoder_norm = RMSNorm(c.layer_norm_epsilon, dtype)
 
@@ -133,13 +138,7 @@ class Decoder(nn.Module):
 
   def setup(self):
     c, dtype = self.config, jnp.dtype(self.config.dtype)
-    self.relpos_bias = RelativePositionBias(
-      c.num_heads,
-      c.relative_attention_num_buckets,
-      c.relative_attention_max_distance,
-      bidirectional=False,
-      dtype=dtype,
-    )
+    self.relpos_bias = _relative_position_bias(c, bidirectional=False)
     self.layers = [DecoderLayer(c) for _ in range(c.num_decoder_layers)]
     self.decoder_norm = RMSNorm(c.layer_norm_epsilon, dtype)
     if not c.tie_word_embeddings:

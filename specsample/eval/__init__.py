@@ -1,0 +1,1 @@
+"""Evaluation: translation quality (sacrebleu) and speculative statistics of a pair."""

@@ -1,0 +1,59 @@
+"""BLEU of a translation model and alpha / c of a target-draft pair on a test set."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+
+from specsample.bench import cost_ratio
+from specsample.core import SamplingConfig
+from specsample.decoding import generate, speculative_generate
+
+
+def translate_all(
+  model, vocab, texts: Sequence[str], *, prefix: str, max_new_tokens: int = 48, batch: int = 128
+) -> list[str]:
+  """Greedy translations of `texts` (batched)."""
+  outputs = []
+  for start in range(0, len(texts), batch):
+    prompts = [vocab.encode(prefix + text) for text in texts[start : start + batch]]
+    out = generate(model, prompts, max_new_tokens=max_new_tokens, sampling=SamplingConfig(0.0))
+    outputs += [vocab.decode(sequence) for sequence in out.sequences()]
+  return outputs
+
+
+def evaluate_pair(
+  target,
+  draft,
+  vocab,
+  pairs: Sequence[tuple[str, str]],
+  *,
+  prefix: str,
+  gamma: int = 4,
+  max_new_tokens: int = 48,
+) -> dict:
+  """BLEU of each model alone, alpha and tokens per target call of the pair, and c."""
+  import sacrebleu
+
+  sources, references = [s for s, _ in pairs], [[r for _, r in pairs]]
+  metrics: dict = {"test_pairs": len(pairs), "gamma": gamma}
+  for name, model in (("target", target), ("draft", draft)):
+    hypotheses = translate_all(model, vocab, sources, prefix=prefix, max_new_tokens=max_new_tokens)
+    metrics[f"{name}_bleu"] = round(sacrebleu.corpus_bleu(hypotheses, references).score, 2)
+    metrics[f"{name}_parameters"] = model.config.num_parameters
+  prompts = [vocab.encode(prefix + text) for text in sources]
+  for temperature in (0.0, 1.0):
+    out = speculative_generate(
+      target,
+      draft,
+      prompts,
+      gamma=gamma,
+      max_new_tokens=max_new_tokens,
+      sampling=SamplingConfig(temperature=temperature),
+      seed=0,
+    )
+    metrics[f"alpha_t{temperature:g}"] = round(out.stats.alpha, 3)
+    metrics[f"tokens_per_target_call_t{temperature:g}"] = round(out.stats.tokens_per_target_call, 3)
+  metrics["c"] = round(cost_ratio(draft, target, jnp.asarray([prompts[0]])), 3)
+  return metrics
