@@ -20,7 +20,13 @@ from specsample.core import SamplingConfig
 
 def _add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
   group = parser.add_argument_group("decoding")
-  group.add_argument("--gamma", type=int, default=4, help="draft tokens per iteration")
+  group.add_argument(
+    "--gamma",
+    type=int,
+    default=None,
+    help="draft tokens per iteration (default: 4, or "
+    "for the bundled pair the gamma its evaluation found best on its machine)",
+  )
   group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
   group.add_argument("--top-k", type=int, default=0, help="0 = off")
   group.add_argument("--top-p", type=float, default=1.0, help="1 = off")
@@ -42,7 +48,7 @@ def _add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) 
 def _decode_settings(args) -> DecodeSettings:
   sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
   return DecodeSettings(
-    gamma=args.gamma,
+    gamma=4 if args.gamma is None else args.gamma,
     max_new_tokens=args.max_new_tokens,
     sampling=sampling,
     verification=args.verification,
@@ -123,8 +129,10 @@ def _trace(target, draft, prompts, settings: DecodeSettings, vocab, path: str, t
 
 
 def _run_translate(args) -> int:
-  from specsample.bundled import TASK_PREFIX, load_pair
+  from specsample.bundled import TASK_PREFIX, load_pair, recommended_gamma
 
+  if args.gamma is None:
+    args.gamma = recommended_gamma()
   target, draft, vocab = load_pair()
   prompts = [vocab.encode(TASK_PREFIX + text) for text in args.text]
   settings = _decode_settings(args)

@@ -35,6 +35,11 @@ def test_best_gamma_is_the_argmax():
     speedups = {g: theoretical_speedup(alpha, g, c, r) for g in range(1, 11)}
     assert best_gamma(alpha, c, r) == max(speedups, key=speedups.get)
   assert best_gamma(0.99, 0.0, 1.0, max_gamma=7) == 7  # free drafts: draft as much as allowed
+  # Measured verify costs per gamma: an expensive long verify pass moves the optimum down.
+  ratios = {1: 1.2, 2: 1.3, 3: 1.4, 4: 3.0, 5: 3.2}
+  expected = max(ratios, key=lambda g: theoretical_speedup(0.8, g, 0.05, ratios[g]))
+  assert best_gamma(0.8, 0.05, ratios) == expected == 3
+  assert best_gamma(0.8, 0.05, 1.0) > 3
 
 
 def test_analytic_alpha():

@@ -1,7 +1,15 @@
 """Measuring specsample: timing that excludes compilation, and exactness checks."""
 
-from specsample.bench.costs import cost_ratio, step_seconds
+from specsample.bench.costs import cost_ratio, step_seconds, verify_cost_ratios
 from specsample.bench.exactness import SequenceFit, sequence_fit
 from specsample.bench.timing import Timing, time_call
 
-__all__ = ["SequenceFit", "Timing", "cost_ratio", "sequence_fit", "step_seconds", "time_call"]
+__all__ = [
+  "SequenceFit",
+  "Timing",
+  "cost_ratio",
+  "sequence_fit",
+  "step_seconds",
+  "time_call",
+  "verify_cost_ratios",
+]

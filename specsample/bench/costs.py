@@ -36,6 +36,14 @@ def step_seconds(
   return timing.median
 
 
+def verify_cost_ratios(
+  target, prompts: jax.Array, gammas, *, repeats: int = 20
+) -> dict[int, float]:
+  """{gamma: r(gamma + 1) = t(gamma + 1) / t(1)} for the target, measured side by side."""
+  one = step_seconds(target, prompts, 1, repeats=repeats)
+  return {g: step_seconds(target, prompts, g + 1, repeats=repeats) / one for g in gammas}
+
+
 def cost_ratio(draft, target, prompts: jax.Array, *, repeats: int = 20) -> float:
   """c: one draft step over one target step, measured side by side."""
   return step_seconds(draft, prompts, 1, repeats=repeats) / step_seconds(

@@ -6,6 +6,7 @@ Files under `ende/`: `target/` and `draft/` (Hugging Face layout, float16 safete
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 from specsample.checkpoints import Vocabulary, load_t5
@@ -29,3 +30,12 @@ def load_pair(dtype: str = "float32") -> tuple[T5, T5, Vocabulary]:
   target = load_t5(BUNDLE_DIR / "target", dtype=dtype)
   draft = load_t5(BUNDLE_DIR / "draft", dtype=dtype)
   return target, draft, Vocabulary(BUNDLE_DIR / "spiece.model")
+
+
+def recommended_gamma(default: int = 4) -> int:
+  """The gamma scripts/evaluate_bundled.py found best for the pair (speedup model with
+  measured alpha, c and r), or `default`."""
+  path = BUNDLE_DIR / "metrics.json"
+  if not path.exists():
+    return default
+  return int(json.loads(path.read_text()).get("recommended_gamma", default))

@@ -15,6 +15,7 @@ Expected walltime speedup over autoregressive decoding of the target:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -49,10 +50,22 @@ def theoretical_speedup(alpha: float, gamma: int, c: float, r: float = 1.0) -> f
   return expected_tokens_per_iteration(alpha, gamma) / (gamma * c + r)
 
 
-def best_gamma(alpha: float, c: float, r: float = 1.0, max_gamma: int = 10) -> int:
-  """The gamma in 1..max_gamma with the largest S_th (ties go to the smaller gamma)."""
-  speedups = [theoretical_speedup(alpha, g, c, r) for g in range(1, max_gamma + 1)]
-  return 1 + max(range(max_gamma), key=lambda i: (speedups[i], -i))
+def best_gamma(
+  alpha: float, c: float, r: float | Mapping[int, float] = 1.0, max_gamma: int = 10
+) -> int:
+  """The gamma in 1..max_gamma with the largest S_th (ties go to the smaller gamma).
+
+  r is one verify-cost ratio for every gamma, or a mapping gamma -> r(gamma + 1) as
+  measured (on CPUs verifying more tokens costs more); gammas missing from it are skipped.
+  """
+  gammas = [g for g in range(1, max_gamma + 1) if not isinstance(r, Mapping) or g in r]
+  if not gammas:
+    raise ValueError("no gamma in 1..max_gamma has a verify-cost ratio")
+
+  def speedup(g: int) -> float:
+    return theoretical_speedup(alpha, g, c, r[g] if isinstance(r, Mapping) else r)
+
+  return max(gammas, key=lambda g: (speedup(g), -g))
 
 
 def acceptance_probability(draft_probs: jax.Array, target_probs: jax.Array) -> jax.Array:

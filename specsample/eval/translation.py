@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 
-from specsample.bench import cost_ratio
-from specsample.core import SamplingConfig
+from specsample.bench import cost_ratio, verify_cost_ratios
+from specsample.core import SamplingConfig, best_gamma
 from specsample.decoding import generate, speculative_generate
 
 
@@ -55,5 +55,10 @@ def evaluate_pair(
     )
     metrics[f"alpha_t{temperature:g}"] = round(out.stats.alpha, 3)
     metrics[f"tokens_per_target_call_t{temperature:g}"] = round(out.stats.tokens_per_target_call, 3)
-  metrics["c"] = round(cost_ratio(draft, target, jnp.asarray([prompts[0]])), 3)
+  one_prompt = jnp.asarray([prompts[0]])
+  metrics["c"] = round(cost_ratio(draft, target, one_prompt), 3)
+  ratios = verify_cost_ratios(target, one_prompt, range(1, 9))
+  metrics["r"] = {g: round(r, 3) for g, r in ratios.items()}
+  # The gamma the speedup model prefers for this pair on this machine (greedy alpha).
+  metrics["recommended_gamma"] = best_gamma(metrics["alpha_t0"], metrics["c"], ratios, max_gamma=8)
   return metrics
