@@ -114,7 +114,7 @@ def stage_target(work: str, vocab: Vocabulary, minutes: float) -> T5:
   if os.path.exists(os.path.join(out, "config.json")):
     return load_t5(out)
   _, inputs, targets = encoded_split(work, vocab, "train")
-  settings = TrainSettings(steps=4500, batch_size=64, learning_rate=2e-3, max_seconds=minutes * 60)
+  settings = TrainSettings(steps=2800, batch_size=64, learning_rate=2e-3, max_seconds=minutes * 60)
   data = batches(inputs, targets, settings.batch_size, settings.seed)
   start = time.time()
   model, losses = train(
@@ -137,7 +137,7 @@ def stage_draft(work: str, vocab: Vocabulary, target: T5, minutes: float) -> T5:
     return load_t5(out)
   _, inputs, targets = encoded_split(work, vocab, "train")
   # Warm start on the data (a third of the budget), then on-policy distillation.
-  warm = TrainSettings(steps=2000, batch_size=64, learning_rate=3e-3, max_seconds=minutes * 20)
+  warm = TrainSettings(steps=1500, batch_size=64, learning_rate=3e-3, max_seconds=minutes * 20)
   data = batches(inputs, targets, warm.batch_size, 1)
   draft, warm_log = train(
     T5.init_random(DRAFT_CONFIG, seed=1), cross_entropy, lambda _: next(data), warm,
@@ -159,7 +159,7 @@ def stage_draft(work: str, vocab: Vocabulary, target: T5, minutes: float) -> T5:
         pool.append((batch_inputs, np.asarray(sampled.tokens)))
     return pool.pop()
 
-  settings = TrainSettings(steps=1500, batch_size=64, learning_rate=1e-3, warmup_steps=50,
+  settings = TrainSettings(steps=800, batch_size=64, learning_rate=1e-3, warmup_steps=50,
                            max_seconds=minutes * 40)  # fmt: skip
   draft, kl_log = train(
     draft, lambda c, p, i, t: forward_kl(c, p, target, i, t), on_policy, settings,

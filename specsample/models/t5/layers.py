@@ -78,7 +78,7 @@ class RelativePositionBias(nn.Module):
     """query_positions int32[batch, q], key_positions int32[k] -> float32[batch, heads, q, k]."""
     table = self.param(
       "rel_embedding",
-      nn.initializers.normal(1.0),
+      nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),  # as T5X
       (self.num_heads, self.num_buckets),
       self.dtype,
     )
@@ -95,16 +95,20 @@ class RelativePositionBias(nn.Module):
 
 
 class Projection(nn.Module):
-  """A bias-free linear map with a T5X-style [in, out] kernel named `kernel`."""
+  """A bias-free linear map with a T5X-style [in, out] kernel named `kernel`.
+
+  Initialised with variance 1/fan_in, times `init_scale` (T5X divides the query kernel by
+  sqrt(head_dim) because T5 does not scale attention logits at run time).
+  """
 
   features: int
   dtype: jnp.dtype = jnp.float32
+  init_scale: float = 1.0
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    kernel = self.param(
-      "kernel", nn.initializers.lecun_normal(), (x.shape[-1], self.features), self.dtype
-    )
+    init = nn.initializers.variance_scaling(self.init_scale**2, "fan_in", "normal")
+    kernel = self.param("kernel", init, (x.shape[-1], self.features), self.dtype)
     return dense(x, kernel)
 
 
@@ -118,7 +122,7 @@ class Attention(nn.Module):
 
   def setup(self):
     inner = self.num_heads * self.head_dim
-    self.query = Projection(inner, dtype=self.dtype)
+    self.query = Projection(inner, dtype=self.dtype, init_scale=self.head_dim**-0.5)
     self.key = Projection(inner, dtype=self.dtype)
     self.value = Projection(inner, dtype=self.dtype)
     self.out = Projection(self.d_model, dtype=self.dtype)
