@@ -117,8 +117,10 @@ def _trace(target, draft, prompts, settings: DecodeSettings, vocab, path: str, t
     seed=settings.seed,
     trace=True,
   )
+  from rich.console import Console
+
   lines = trace_lines(out.trace.row(0), vocab.piece_text, length=int(out.lengths[0]))
-  render_rich(lines)
+  render_rich(lines, Console(stderr=True))  # stdout holds only the outputs
   summary = (
     f"gamma {settings.gamma}, {settings.verification} verification, temperature "
     f"{settings.sampling.temperature}; {len(lines)} target calls for {int(out.lengths[0])} "
