@@ -34,16 +34,19 @@ _LAYER = re.compile(
 )
 
 
+# Names outside the per-layer pattern: HF name -> (T5X path, whether to transpose).
+_FIXED_NAMES = {
+  "shared.weight": ("token_embedder/embedding", False),
+  "encoder.final_layer_norm.weight": ("encoder/encoder_norm/scale", False),
+  "decoder.final_layer_norm.weight": ("decoder/decoder_norm/scale", False),
+  "lm_head.weight": ("decoder/logits_dense/kernel", True),
+}
+
+
 def hf_to_t5x_name(name: str) -> tuple[str, bool]:
   """HF tensor name -> (T5X parameter path, whether to transpose). KeyError if unknown."""
-  fixed = {
-    "shared.weight": ("token_embedder/embedding", False),
-    "encoder.final_layer_norm.weight": ("encoder/encoder_norm/scale", False),
-    "decoder.final_layer_norm.weight": ("decoder/decoder_norm/scale", False),
-    "lm_head.weight": ("decoder/logits_dense/kernel", True),
-  }
-  if name in fixed:
-    return fixed[name]
+  if name in _FIXED_NAMES:
+    return _FIXED_NAMES[name]
   match = _LAYER.match(name)
   if not match:
     raise KeyError(name)
@@ -132,14 +135,9 @@ def read_hf_params(directory: str, config: T5Config) -> dict[str, np.ndarray]:
 
 def t5x_to_hf_name(path: str) -> tuple[str, bool]:
   """T5X parameter path -> (HF tensor name, whether to transpose); inverse of hf_to_t5x_name."""
-  fixed = {
-    "token_embedder/embedding": ("shared.weight", False),
-    "encoder/encoder_norm/scale": ("encoder.final_layer_norm.weight", False),
-    "decoder/decoder_norm/scale": ("decoder.final_layer_norm.weight", False),
-    "decoder/logits_dense/kernel": ("lm_head.weight", True),
-  }
-  if path in fixed:
-    return fixed[path]
+  for name, (t5x_path, transpose) in _FIXED_NAMES.items():
+    if path == t5x_path:
+      return name, transpose
   stack, rest = path.split("/", 1)
   if rest == "relpos_bias/rel_embedding":
     return f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight", True
