@@ -22,10 +22,10 @@ def _add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) 
   group = parser.add_argument_group("decoding")
   group.add_argument(
     "--gamma",
-    type=int,
+    type=_gamma_value,
     default=None,
-    help="draft tokens per iteration (default: 4, or "
-    "for the bundled pair the gamma its evaluation found best on its machine)",
+    help='draft tokens per iteration, or "auto" (measure alpha, c, r here and pick the best; '
+    "default: 4, or for the bundled pair the gamma its evaluation found best)",
   )
   group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
   group.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -43,6 +43,39 @@ def _add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) 
     help="draw the acceptance trace in the terminal and write it as HTML "
     "(default file: specsample_trace.html)",
   )
+
+
+def _gamma_value(text: str) -> int | str:
+  if text == "auto":
+    return text
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+      f'expected a positive integer or "auto", got {text!r}'
+    ) from None
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"gamma must be >= 1, got {value}")
+  return value
+
+
+def _resolve_gamma(target, draft, prompts, args) -> None:
+  """Replaces --gamma auto by the tuned gamma (measured once, before the timed runs)."""
+  if args.gamma != "auto":
+    return
+  from specsample.decoding.tuning import tune_gamma
+
+  sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+  choice = tune_gamma(
+    target, draft, prompts, sampling=sampling, verification=args.verification, seed=args.seed
+  )
+  predicted = ", ".join(f"{g}: {s:.2f}x" for g, s in choice.predicted_speedup.items())
+  print(
+    f"gamma auto -> {choice.gamma} (alpha {choice.alpha:.2f}, c {choice.c:.3f}, "
+    f"r({choice.gamma + 1}) {choice.r[choice.gamma]:.2f}; predicted speedup by gamma {predicted})",
+    file=sys.stderr,
+  )
+  args.gamma = choice.gamma
 
 
 def _decode_settings(args) -> DecodeSettings:
@@ -137,6 +170,7 @@ def _run_translate(args) -> int:
     args.gamma = recommended_gamma()
   target, draft, vocab = load_pair()
   prompts = [vocab.encode(TASK_PREFIX + text) for text in args.text]
+  _resolve_gamma(target, draft, prompts, args)
   settings = _decode_settings(args)
   comparison = compare(
     target, draft, prompts, settings, repeats=args.repeats, baseline=not args.no_baseline
@@ -162,6 +196,7 @@ def _run_generate(args) -> int:
   draft = load_t5(args.draft, dtype=args.dtype)
   vocab = Vocabulary(args.vocab or args.target)
   prompts = [vocab.encode(args.prefix + text) for text in texts]
+  _resolve_gamma(target, draft, prompts, args)
   settings = _decode_settings(args)
   comparison = compare(
     target, draft, prompts, settings, repeats=args.repeats, baseline=not args.no_baseline

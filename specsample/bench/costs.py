@@ -1,39 +1,15 @@
 """Step costs of a model on this machine: t(k) for one `extend` over k tokens.
 
 c = t_draft(1) / t_target(1) and r(k) = t_target(k) / t_target(1) are the two numbers the
-speedup model needs besides alpha (specsample.core.speedup).
+speedup model needs besides alpha (specsample.core.speedup). The timing itself lives in
+specsample.decoding.tuning, which `gamma="auto"` uses too.
 """
 
 from __future__ import annotations
 
-import functools
-
 import jax
-import jax.numpy as jnp
 
-from specsample.bench.timing import time_call
-
-
-@functools.partial(jax.jit, static_argnames=("num_new_positions",))
-def _init(model, prompts, lengths, num_new_positions):
-  return model.init_state(prompts, lengths, num_new_positions)[0]
-
-
-@jax.jit
-def _extend_logits(model, state, tokens):
-  # num_valid 0: the state does not advance, so every timed call does the same work.
-  return model.extend(state, tokens, jnp.zeros((tokens.shape[0],), jnp.int32))[0]
-
-
-def step_seconds(
-  model, prompts: jax.Array, k: int, *, cache_length: int = 64, repeats: int = 20
-) -> float:
-  """Median seconds of one `extend` over k tokens per row after prefilling `prompts`."""
-  lengths = jnp.sum(prompts > 0, axis=1).astype(jnp.int32)
-  state = _init(model, prompts, lengths, cache_length)
-  tokens = jnp.zeros((prompts.shape[0], k), jnp.int32)
-  timing, _ = time_call(lambda: _extend_logits(model, state, tokens), repeats=repeats)
-  return timing.median
+from specsample.decoding.tuning import step_seconds
 
 
 def verify_cost_ratios(

@@ -46,6 +46,11 @@ class DecodingStats:
   accepted_histogram: jax.Array  # int32[gamma + 1]: row-iterations with n accepted
 
   @property
+  def gamma(self) -> int:
+    """Draft tokens per iteration of the run (0 for autoregressive decoding)."""
+    return int(self.accepted_histogram.shape[-1]) - 1
+
+  @property
   def alpha(self) -> float:
     """Acceptance rate: accepted / verified draft tokens (NaN if nothing was drafted).
 

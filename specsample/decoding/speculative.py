@@ -262,7 +262,7 @@ def speculative_generate(
   draft: LanguageModel,
   prompts,
   *,
-  gamma: int = 4,
+  gamma: int | str = 4,
   max_new_tokens: int,
   sampling: SamplingConfig | None = None,
   verification: str | VerificationRule = "token",
@@ -277,7 +277,11 @@ def speculative_generate(
     draft: the cheaper model that proposes tokens; same vocabulary as the target.
     prompts: int[batch, prompt_length] (with optional `prompt_lengths`), or a list of
       token lists of any lengths.
-    gamma: draft tokens proposed per iteration (static).
+    gamma: draft tokens proposed per iteration (static), or "auto": measure alpha, c and
+      r on these prompts and take the gamma the speedup model prefers (see
+      `decoding.tuning.tune_gamma`; it costs a probe run and a few compilations each
+      call, so tune once and pass the number when decoding many batches). The gamma
+      used is `output.stats.gamma`.
     max_new_tokens: tokens to generate per row at most (rows also end at the target's EOS).
     sampling: temperature / top-k / top-p, applied identically to draft and target.
       Temperature 0 decodes greedily and then equals greedy `generate` token for token.
@@ -302,8 +306,22 @@ def speculative_generate(
       f"draft and target must share a vocabulary: draft vocab_size={draft.vocab_size}, "
       f"target vocab_size={target.vocab_size}"
     )
-  gamma = check_positive_int("gamma", gamma)
   sampling = check_sampling(sampling)
+  if isinstance(gamma, str):
+    if gamma != "auto":
+      raise ValueError(f'gamma must be a positive int or "auto", got {gamma!r}')
+    from specsample.decoding.tuning import tune_gamma
+
+    gamma = tune_gamma(
+      target,
+      draft,
+      prompts,
+      sampling=sampling,
+      verification=verification,
+      prompt_lengths=prompt_lengths,
+      seed=seed,
+    ).gamma
+  gamma = check_positive_int("gamma", gamma)
   if not callable(verification) and verification not in VERIFICATION_RULES:
     raise ValueError(
       f"unknown verification {verification!r}; expected one of {VERIFICATION_RULES} "

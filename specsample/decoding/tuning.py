@@ -1,0 +1,136 @@
+"""Choosing gamma for a target/draft pair on this machine (`gamma="auto"`).
+
+The speedup model (core.speedup) needs three numbers, all measured here on the caller's
+prompts and batch size:
+  alpha   acceptance rate, from a short speculative probe run;
+  c       t_draft(1) / t_target(1): one draft step over one target step;
+  r(g+1)  t_target(g + 1) / t_target(1): verifying g draft tokens over one plain step.
+The chosen gamma maximises E[n + 1] / (gamma * c + r(gamma + 1)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from specsample.core.sampling import SamplingConfig
+from specsample.core.speedup import best_gamma, theoretical_speedup
+from specsample.decoding.inputs import check_positive_int, prepare_prompts
+
+PROBE_GAMMA = 4  # gamma of the alpha probe run
+PROBE_NEW_TOKENS = 32  # tokens per row of the alpha probe run (at most)
+
+
+@functools.partial(jax.jit, static_argnames=("num_new_positions",))
+def _init(model, prompts, lengths, num_new_positions):
+  return model.init_state(prompts, lengths, num_new_positions)[0]
+
+
+@jax.jit
+def _extend_logits(model, state, tokens):
+  # num_valid 0: the state does not advance, so every timed call does the same work.
+  return model.extend(state, tokens, jnp.zeros((tokens.shape[0],), jnp.int32))[0]
+
+
+def median_seconds(fn, *, repeats: int) -> float:
+  """Median wall time of `fn()` over `repeats` runs after one untimed (compiling) call."""
+  jax.block_until_ready(fn())
+  runs = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    runs.append(time.perf_counter() - start)
+  return statistics.median(runs)
+
+
+def step_seconds(
+  model,
+  prompts: jax.Array,
+  k: int,
+  *,
+  prompt_lengths: jax.Array | None = None,
+  cache_length: int = 64,
+  repeats: int = 20,
+) -> float:
+  """Median seconds of one `extend` over k tokens per row, after prefilling `prompts`.
+
+  prompts: int[batch, prompt_length], right-padded; prompt_lengths int[batch] (default:
+  the count of non-zero tokens per row, for models whose padding id is 0).
+  """
+  if prompt_lengths is None:
+    prompt_lengths = jnp.maximum(jnp.sum(prompts > 0, axis=1), 1)
+  lengths = jnp.asarray(prompt_lengths, jnp.int32)
+  state = _init(model, prompts, lengths, max(cache_length, k + 2))
+  tokens = jnp.zeros((prompts.shape[0], k), jnp.int32)
+  return median_seconds(lambda: _extend_logits(model, state, tokens), repeats=repeats)
+
+
+@dataclasses.dataclass(frozen=True)
+class GammaChoice:
+  """The measured inputs of the speedup model and the gamma it prefers."""
+
+  gamma: int
+  alpha: float  # measured by a probe run with gamma PROBE_GAMMA
+  c: float
+  r: dict[int, float]  # gamma -> t_target(gamma + 1) / t_target(1)
+  predicted_speedup: dict[int, float]  # gamma -> E[n + 1] / (gamma c + r)
+
+
+def tune_gamma(
+  target,
+  draft,
+  prompts,
+  *,
+  sampling: SamplingConfig | None = None,
+  verification="token",
+  max_gamma: int = 8,
+  prompt_lengths=None,
+  seed=0,
+  repeats: int = 10,
+) -> GammaChoice:
+  """Measures alpha, c and r on `prompts` (same batch size) and picks the best gamma.
+
+  Costs one probe decode and max_gamma + 2 small compilations; call it once per pair,
+  machine and batch size and pass the returned `gamma` on (`gamma="auto"` in
+  `speculative_generate` calls this every time).
+  """
+  from specsample.decoding.speculative import speculative_generate
+
+  max_gamma = check_positive_int("max_gamma", max_gamma)
+  padded, lengths = prepare_prompts(
+    prompts, prompt_lengths, vocab_size=target.vocab_size, pad_id=target.pad_id
+  )
+  probe = speculative_generate(
+    target,
+    draft,
+    padded,
+    prompt_lengths=lengths,
+    gamma=PROBE_GAMMA,
+    max_new_tokens=PROBE_NEW_TOKENS,
+    sampling=sampling,
+    verification=verification,
+    seed=seed,
+  )
+  alpha = probe.stats.alpha
+  if alpha != alpha:  # NaN: nothing was verified (every row ended at once)
+    alpha = 0.0
+
+  def seconds(model, k: int) -> float:
+    return step_seconds(model, padded, k, prompt_lengths=lengths, repeats=repeats)
+
+  one = seconds(target, 1)
+  c = seconds(draft, 1) / one
+  r = {g: seconds(target, g + 1) / one for g in range(1, max_gamma + 1)}
+  predicted = {g: theoretical_speedup(alpha, g, c, r[g]) for g in r}
+  return GammaChoice(
+    gamma=best_gamma(alpha, c, r, max_gamma=max_gamma),
+    alpha=alpha,
+    c=c,
+    r=r,
+    predicted_speedup=predicted,
+  )

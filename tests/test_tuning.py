@@ -1,0 +1,100 @@
+"""gamma="auto": measured alpha, c, r -> the gamma the speedup model prefers."""
+
+from __future__ import annotations
+
+import argparse
+
+import jax.numpy as jnp
+import pytest
+
+from specsample import SamplingConfig, generate, speculative_generate
+from specsample.cli import _gamma_value
+from specsample.core import theoretical_speedup
+from specsample.decoding import tuning
+from specsample.models import MarkovLM
+
+PROMPTS = [[1, 2], [3], [4, 5, 1]]
+
+
+def pair():
+  """A target and a draft close to it (alpha well inside (0, 1))."""
+  target = MarkovLM.random(0, 6, scale=2.0)
+  noise = MarkovLM.random(1, 6, scale=0.7).logits_table
+  return target, MarkovLM(target.logits_table + noise)
+
+
+def synthetic_costs(monkeypatch, target, target_seconds: dict[int, float], draft_seconds: float):
+  """Replaces the timing with a fixed cost table: t_target(k) and t_draft(1)."""
+
+  def fake(model, prompts, k, **kwargs):
+    return target_seconds[k] if model is target else draft_seconds
+
+  monkeypatch.setattr(tuning, "step_seconds", fake)
+
+
+@pytest.mark.parametrize(
+  "target_seconds, draft_seconds",
+  [
+    ({k: 1.0 for k in range(1, 10)}, 0.05),  # the paper's accelerator: r = 1
+    ({k: 1.0 + 0.3 * (k - 1) for k in range(1, 10)}, 0.05),  # verify cost grows (CPU)
+    ({k: 1.0 if k <= 3 else 4.0 for k in range(1, 10)}, 0.02),  # a cliff after 3 tokens
+    ({k: 1.0 for k in range(1, 10)}, 0.6),  # an expensive draft
+  ],
+)
+def test_auto_gamma_is_the_argmax_of_the_model_on_a_cost_table(
+  monkeypatch, target_seconds, draft_seconds
+):
+  target, draft = pair()
+  synthetic_costs(monkeypatch, target, target_seconds, draft_seconds)
+  choice = tuning.tune_gamma(target, draft, PROMPTS, sampling=SamplingConfig(1.0), max_gamma=8)
+  c = draft_seconds / target_seconds[1]
+  r = {g: target_seconds[g + 1] / target_seconds[1] for g in range(1, 9)}
+  assert choice.c == pytest.approx(c) and choice.r == pytest.approx(r)
+  speedups = {g: theoretical_speedup(choice.alpha, g, c, r[g]) for g in r}
+  assert choice.predicted_speedup == pytest.approx(speedups)
+  assert choice.gamma == max(speedups, key=lambda g: (speedups[g], -g))
+  assert 0.0 < choice.alpha < 1.0
+
+
+def test_the_cost_table_moves_the_choice(monkeypatch):
+  target, draft = pair()
+  flat = {k: 1.0 for k in range(1, 10)}
+  synthetic_costs(monkeypatch, target, flat, 0.01)
+  long = tuning.tune_gamma(target, draft, PROMPTS, sampling=SamplingConfig(0.0)).gamma
+  synthetic_costs(monkeypatch, target, {k: 1.0 if k <= 2 else 5.0 for k in range(1, 10)}, 0.01)
+  short = tuning.tune_gamma(target, draft, PROMPTS, sampling=SamplingConfig(0.0)).gamma
+  assert short == 1 < long
+
+
+def test_speculative_generate_with_auto_uses_the_tuned_gamma(monkeypatch):
+  target, draft = pair()
+  table = {k: 1.0 if k <= 3 else 9.0 for k in range(1, 10)}  # best: gamma 2
+  synthetic_costs(monkeypatch, target, table, 0.01)
+  expected = tuning.tune_gamma(target, draft, PROMPTS, sampling=SamplingConfig(0.0)).gamma
+  greedy = SamplingConfig(0.0)
+  out = speculative_generate(
+    target, draft, PROMPTS, gamma="auto", max_new_tokens=12, sampling=greedy
+  )
+  assert out.stats.gamma == expected == 2
+  plain = generate(target, PROMPTS, max_new_tokens=12, sampling=greedy)
+  assert jnp.array_equal(out.tokens, plain.tokens)  # still the target's greedy output
+  assert plain.stats.gamma == 0
+
+
+def test_auto_gamma_with_real_timing_returns_a_valid_choice():
+  target, draft = pair()
+  choice = tuning.tune_gamma(target, draft, PROMPTS, max_gamma=3, repeats=2)
+  assert 1 <= choice.gamma <= 3 and set(choice.r) == {1, 2, 3}
+  assert choice.c > 0 and all(r > 0 for r in choice.r.values())
+
+
+def test_bad_gamma_values():
+  target, draft = pair()
+  with pytest.raises(ValueError, match='"auto"'):
+    speculative_generate(target, draft, PROMPTS, gamma="fast", max_new_tokens=4)
+  with pytest.raises(ValueError, match="gamma"):
+    speculative_generate(target, draft, PROMPTS, gamma=0, max_new_tokens=4)
+  assert _gamma_value("auto") == "auto" and _gamma_value("3") == 3
+  for text in ("0", "x", "-2"):
+    with pytest.raises(argparse.ArgumentTypeError):
+      _gamma_value(text)
