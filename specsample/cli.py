@@ -4,6 +4,8 @@ specsample translate TEXT...   English -> German with the bundled T5 pair: the
                                translation, alpha, tokens per target call, and the
                                speedup over the same target decoding alone
 specsample generate ...        any target/draft checkpoints (T5X or Hugging Face)
+specsample bench ...           alpha, c, r, predicted vs measured speedup, gamma sweep and
+                               batch scaling of a pair (default: the bundled one)
 specsample demo                the toy Markov pair, checked against exact distributions
 """
 
@@ -59,6 +61,23 @@ def _gamma_value(text: str) -> int | str:
   return value
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+  """ "1-10" or "2,4,8" -> a tuple of ints."""
+  values: list[int] = []
+  try:
+    for part in text.split(","):
+      if "-" in part:
+        low, high = (int(x) for x in part.split("-"))
+        values += range(low, high + 1)
+      else:
+        values.append(int(part))
+  except ValueError:
+    raise argparse.ArgumentTypeError(f'expected e.g. "1-10" or "2,4,8", got {text!r}') from None
+  if not values or min(values) < 1:
+    raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+  return tuple(values)
+
+
 def _resolve_gamma(target, draft, prompts, args) -> None:
   """Replaces --gamma auto by the tuned gamma (measured once, before the timed runs)."""
   if args.gamma != "auto":
@@ -106,6 +125,26 @@ def _parser() -> argparse.ArgumentParser:
   generate.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
   generate.add_argument("text", nargs="*", help="inputs (instead of --input-file)")
   _add_decoding_options(generate, max_new_tokens=64)
+
+  bench = commands.add_parser("bench", help="measure a pair: alpha, c, r, speedups, plots")
+  bench.add_argument("--target", help="T5X or Hugging Face checkpoint (default: bundled pair)")
+  bench.add_argument("--draft", help="T5X or Hugging Face checkpoint (with --target)")
+  bench.add_argument("--vocab", help="spiece.model (default: the target's directory)")
+  bench.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+  bench.add_argument("--prefix", default=None, help="task prefix (bundled pair: its own)")
+  bench.add_argument(
+    "--input-file", help="one input per line (default: the bundled pair's test split)"
+  )
+  bench.add_argument("--num-prompts", type=int, default=8, help="inputs to use (from the top)")
+  bench.add_argument("--gammas", type=_int_list, default="1-10", help='e.g. "1-10" or "2,4,8"')
+  bench.add_argument("--rules", nargs="+", choices=["token", "block"], default=["token", "block"])
+  bench.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+  bench.add_argument("--batch-sizes", type=_int_list, default="1,4,8,16")
+  bench.add_argument("--max-new-tokens", type=int, default=48)
+  bench.add_argument("--repeats", type=int, default=3, help="timed runs per decode (median)")
+  bench.add_argument("--seed", type=int, default=0)
+  bench.add_argument("--out", default="bench_out", help="directory for JSON, markdown, plots")
+  bench.add_argument("--title", default=None)
 
   from specsample.demo import DemoSettings
 
@@ -207,6 +246,50 @@ def _run_generate(args) -> int:
   return 0
 
 
+def _run_bench(args) -> int:
+  from specsample.bench.pair import BenchSettings
+  from specsample.bench.run import run_bench
+
+  if (args.target is None) != (args.draft is None):
+    raise ValueError("give both --target and --draft, or neither (the bundled pair)")
+  if args.target is None:
+    from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, load_pair
+
+    target, draft, vocab = load_pair()
+    prefix = TASK_PREFIX if args.prefix is None else args.prefix
+    input_file = args.input_file or str(BUNDLE_DIR / "test.tsv")
+    title = args.title or "bundled EN->DE pair"
+  else:
+    from specsample.checkpoints import Vocabulary, load_t5
+
+    target = load_t5(args.target, dtype=args.dtype)
+    draft = load_t5(args.draft, dtype=args.dtype)
+    vocab = Vocabulary(args.vocab or args.target)
+    prefix = args.prefix or ""
+    if not args.input_file:
+      raise ValueError("--input-file is needed with --target/--draft")
+    input_file = args.input_file
+    title = args.title or f"{args.target} + {args.draft}"
+  lines = pathlib.Path(input_file).read_text(encoding="utf-8").splitlines()
+  texts = [line.split("\t")[0] for line in lines if line.strip()][: args.num_prompts]
+  if not texts:
+    raise ValueError(f"no inputs in {input_file}")
+  settings = BenchSettings(
+    gammas=args.gammas,
+    rules=tuple(args.rules),
+    temperatures=tuple(args.temperatures),
+    batch_sizes=args.batch_sizes,
+    max_new_tokens=args.max_new_tokens,
+    repeats=args.repeats,
+    seed=args.seed,
+  )
+  prompts = [vocab.encode(prefix + text) for text in texts]
+  report, files = run_bench(target, draft, prompts, settings, args.out, title=title)
+  print(pathlib.Path(files["markdown"]).read_text())
+  print("written: " + ", ".join(files.values()), file=sys.stderr)
+  return 0
+
+
 def _run_demo(args) -> int:
   from specsample.demo import DemoSettings, run_demo
 
@@ -221,7 +304,12 @@ def _run_demo(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
   args = _parser().parse_args(argv)
-  runners = {"translate": _run_translate, "generate": _run_generate, "demo": _run_demo}
+  runners = {
+    "translate": _run_translate,
+    "generate": _run_generate,
+    "bench": _run_bench,
+    "demo": _run_demo,
+  }
   try:
     return runners[args.command](args)
   except (ValueError, TypeError, FileNotFoundError) as error:

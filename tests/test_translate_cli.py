@@ -103,3 +103,37 @@ def test_bad_paths_and_a_missing_bundle_are_reported(capsys, tmp_path, monkeypat
   monkeypatch.setattr(bundled, "BUNDLE_DIR", tmp_path / "absent")
   assert main(["translate", "hello"]) == 2
   assert "scripts/train_bundled.py" in capsys.readouterr().err
+
+
+def test_gamma_auto_is_tuned_once_and_reported(bundle, capsys):
+  argv = ["translate", "Open file", "--gamma", "auto", "--max-new-tokens", "8", "--repeats", "1"]
+  assert main(argv) == 0
+  err = capsys.readouterr().err
+  assert "gamma auto -> " in err and "predicted speedup by gamma" in err
+  assert "identical to the target's own greedy output: yes" in err
+
+
+def test_bench_command_writes_json_markdown_and_plots(bundle, capsys, tmp_path):
+  out = tmp_path / "bench"
+  argv = [
+    "bench", "--input-file", str(SAMPLE), "--num-prompts", "2", "--gammas", "1,3",
+    "--batch-sizes", "1,2", "--max-new-tokens", "6", "--repeats", "1", "--out", str(out),
+  ]  # fmt: skip
+  assert main(argv) == 0
+  captured = capsys.readouterr()
+  assert "| T | rule | gamma |" in captured.out and "c = " in captured.out
+  report = json.loads((out / "report.json").read_text())
+  assert report["num_prompts"] == 2 and report["title"] == "bundled EN->DE pair"
+  assert len(report["sweep"]) == 2 * 2 * 2 and len(report["batch"]) == 2 * 2
+  assert report["machine"]["platform"] == "cpu"
+  for name in ("report.md", "speedup_vs_gamma.png", "acceptance_histogram.png"):
+    assert (out / name).exists()
+  assert main(["bench", "--target", str(bundle / "target")]) == 2
+  assert "--draft" in capsys.readouterr().err
+
+
+def test_bench_rejects_bad_gamma_lists():
+  with pytest.raises(SystemExit):
+    main(["bench", "--gammas", "0"])
+  with pytest.raises(SystemExit):
+    main(["bench", "--gammas", "a-b"])

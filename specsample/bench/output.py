@@ -1,0 +1,188 @@
+"""A PairReport as JSON, as a markdown report, and as plots (matplotlib)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+from specsample.bench.pair import PairReport
+from specsample.core import theoretical_speedup
+
+
+def report_dict(report: PairReport, **context) -> dict:
+  """Everything measured, with derived ratios, as plain JSON-ready data."""
+  costs = report.costs
+  gammas = report.settings.gammas
+  return {
+    **context,
+    "settings": dataclasses.asdict(report.settings),
+    "num_prompts": report.num_prompts,
+    "costs": {
+      "target_seconds": {str(k): v for k, v in costs.target_seconds.items()},
+      "draft_seconds": costs.draft_seconds,
+      "c": costs.c,
+      "r": {str(g): costs.r(g) for g in gammas},
+    },
+    "analytic_alpha": {f"{t:g}": a for t, a in report.analytic_alpha.items()},
+    "autoregressive_seconds": {f"{t:g}": s for t, s in report.autoregressive_seconds.items()},
+    "sweep": [
+      {
+        **dataclasses.asdict(p),
+        "speedup": p.speedup,
+        "efficiency": p.efficiency,
+        "seconds_per_iteration": p.seconds_per_iteration,
+        "overhead_fraction": p.overhead_fraction,
+      }
+      for p in report.sweep
+    ],
+    "batch": [{**dataclasses.asdict(b), "speedup": b.speedup} for b in report.batch],
+    "best": {
+      f"{t:g}": {
+        "measured_gamma": report.best(t).gamma,
+        "measured_speedup": report.best(t).speedup,
+        "model_gamma": report.model_best_gamma(t),
+      }
+      for t in report.settings.temperatures
+    },
+  }
+
+
+def write_json(report: PairReport, path: str | pathlib.Path, **context) -> None:
+  pathlib.Path(path).write_text(json.dumps(report_dict(report, **context), indent=2) + "\n")
+
+
+def markdown(report: PairReport, *, title: str = "Benchmark") -> str:
+  """The report as markdown tables: costs, the best settings, the sweep, batch scaling."""
+  costs, settings = report.costs, report.settings
+  lines = [f"## {title}", ""]
+  lines += [
+    f"{report.num_prompts} prompts at batch 1, up to {settings.max_new_tokens} new tokens, "
+    f"medians of {settings.repeats} timed runs (compilation excluded).",
+    "",
+    f"- t_target(1) = {1e3 * costs.target_seconds[1]:.2f} ms, "
+    f"t_draft(1) = {1e3 * costs.draft_seconds:.2f} ms, **c = {costs.c:.3f}**",
+    "- r(gamma+1) = t_target(gamma+1) / t_target(1): "
+    + ", ".join(f"{g}: {costs.r(g):.2f}" for g in settings.gammas),
+    "- analytic alpha (E[sum min(p, q)] along the target's outputs): "
+    + ", ".join(f"T={t:g}: {a:.3f}" for t, a in report.analytic_alpha.items()),
+    "",
+    "| temperature | measured best gamma | speedup | model's best gamma |",
+    "|---|---|---|---|",
+  ]
+  for t in settings.temperatures:
+    best = report.best(t)
+    lines.append(f"| {t:g} | {best.gamma} | {best.speedup:.2f}x | {report.model_best_gamma(t)} |")
+  lines += [
+    "",
+    "| T | rule | gamma | alpha | tokens/call | S measured | S paper (r=1) | S with r "
+    "| efficiency | ms/iteration | overhead |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
+  ]
+  for p in report.sweep:
+    lines.append(
+      f"| {p.temperature:g} | {p.rule} | {p.gamma} | {p.alpha:.3f} | "
+      f"{p.tokens_per_target_call:.2f} | {p.speedup:.2f}x | {p.predicted_paper:.2f}x | "
+      f"{p.predicted_with_r:.2f}x | {p.efficiency:.2f} | {1e3 * p.seconds_per_iteration:.2f} | "
+      f"{100 * p.overhead_fraction:.0f}% |"
+    )
+  if report.batch:
+    lines += [
+      "",
+      "| T | batch | gamma | speculative s | autoregressive s | speedup | tokens/s (spec.) |",
+      "|---|---|---|---|---|---|---|",
+    ]
+    for b in report.batch:
+      lines.append(
+        f"| {b.temperature:g} | {b.batch_size} | {b.gamma} | {b.speculative_seconds:.3f} | "
+        f"{b.autoregressive_seconds:.3f} | {b.speedup:.2f}x | "
+        f"{b.new_tokens / b.speculative_seconds:.0f} |"
+      )
+  return "\n".join(lines) + "\n"
+
+
+def plot(report: PairReport, directory: str | pathlib.Path, *, title: str = "") -> list[str]:
+  """Writes speedup_vs_gamma.png, acceptance_histogram.png and batch_scaling.png."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  directory = pathlib.Path(directory)
+  directory.mkdir(parents=True, exist_ok=True)
+  costs, settings = report.costs, report.settings
+  written = []
+
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for i, t in enumerate(settings.temperatures):
+    for rule, marker in (("token", "o"), ("block", "s")):
+      points = [p for p in report.sweep if p.temperature == t and p.rule == rule]
+      if not points:
+        continue
+      color = f"C{i}"
+      ax.plot(
+        [p.gamma for p in points],
+        [p.speedup for p in points],
+        marker=marker,
+        color=color,
+        linestyle="-" if rule == "token" else ":",
+        label=f"measured, T={t:g}, {rule}",
+      )
+      if rule == "token":
+        alpha = sum(p.alpha for p in points) / len(points)
+        gammas = list(settings.gammas)
+        ax.plot(
+          gammas,
+          [theoretical_speedup(alpha, g, costs.c, costs.r(g)) for g in gammas],
+          color=color,
+          linestyle="--",
+          alpha=0.6,
+          label=f"theory with r, T={t:g} (alpha {alpha:.2f})",
+        )
+  ax.axhline(1.0, color="grey", linewidth=0.8)
+  ax.set_xlabel("gamma (draft tokens per iteration)")
+  ax.set_ylabel("speedup over autoregressive")
+  ax.set_title(title or "Speedup vs gamma")
+  ax.legend(fontsize=7)
+  written.append(_save(fig, directory / "speedup_vs_gamma.png"))
+
+  fig, axes = plt.subplots(
+    1, len(settings.temperatures), figsize=(4 * len(settings.temperatures), 3.5)
+  )
+  for ax, t in zip(list(getattr(axes, "flat", [axes])), settings.temperatures, strict=True):
+    best = report.best(t)
+    counts = best.accepted_histogram
+    ax.bar(range(len(counts)), counts, color="tab:green")
+    ax.set_xlabel(f"accepted draft tokens (gamma {best.gamma})")
+    ax.set_ylabel("iterations")
+    ax.set_title(f"T={t:g}, alpha {best.alpha:.2f}")
+  written.append(_save(fig, directory / "acceptance_histogram.png"))
+
+  if report.batch:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, t in enumerate(settings.temperatures):
+      points = [b for b in report.batch if b.temperature == t]
+      ax.plot(
+        [b.batch_size for b in points],
+        [b.speedup for b in points],
+        marker="o",
+        color=f"C{i}",
+        label=f"T={t:g}, gamma {points[0].gamma}",
+      )
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("speculative speedup over autoregressive")
+    ax.set_title("Batch scaling")
+    ax.legend(fontsize=8)
+    written.append(_save(fig, directory / "batch_scaling.png"))
+  return written
+
+
+def _save(fig, path: pathlib.Path) -> str:
+  import matplotlib.pyplot as plt
+
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return str(path)

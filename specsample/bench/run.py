@@ -1,0 +1,68 @@
+"""`specsample bench`: measure a pair with a progress bar and write JSON, markdown, plots."""
+
+from __future__ import annotations
+
+import pathlib
+import platform
+import time
+from collections.abc import Sequence
+
+import jax
+
+from specsample.bench.output import markdown, plot, write_json
+from specsample.bench.pair import BenchSettings, PairReport, bench_pair, bench_steps
+
+
+def machine_description() -> dict:
+  device = jax.devices()[0]
+  return {
+    "platform": device.platform,
+    "device": device.device_kind,
+    "device_count": jax.device_count(),
+    "cpu": platform.processor() or platform.machine(),
+    "jax": jax.__version__,
+  }
+
+
+def run_bench(
+  target,
+  draft,
+  prompts: Sequence[Sequence[int]],
+  settings: BenchSettings,
+  out_dir: str | pathlib.Path,
+  *,
+  title: str,
+  show_progress: bool = True,
+) -> tuple[PairReport, dict[str, str]]:
+  """Benchmarks the pair and writes report.json, report.md and the plots into out_dir."""
+  from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  start = time.time()
+  with Progress(
+    TextColumn("{task.description:<40}"),
+    BarColumn(),
+    TextColumn("{task.completed}/{task.total}"),
+    TimeElapsedColumn(),
+    disable=not show_progress,
+    transient=False,
+  ) as bar:
+    task = bar.add_task("benchmark", total=bench_steps(settings))
+    started = [False]
+
+    def progress(description: str) -> None:
+      if started[0]:
+        bar.advance(task)
+      started[0] = True
+      bar.update(task, description=description)
+
+    report = bench_pair(target, draft, prompts, settings, progress=progress)
+    bar.advance(task)
+  context = {"title": title, "machine": machine_description(), "wall_seconds": time.time() - start}
+  files = {"json": str(out_dir / "report.json"), "markdown": str(out_dir / "report.md")}
+  write_json(report, files["json"], **context)
+  (out_dir / "report.md").write_text(markdown(report, title=title))
+  for path in plot(report, out_dir, title=title):
+    files[pathlib.Path(path).stem] = path
+  return report, files

@@ -1,0 +1,153 @@
+"""The measuring code of `specsample bench`, on toy Markov pairs (fast, exact references)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specsample import SamplingConfig, generate
+from specsample.bench import output, pair
+from specsample.bench.pair import BenchSettings, StepCosts, analytic_alpha, bench_pair
+from specsample.bench.timing import time_call
+from specsample.core.speedup import expected_tokens_per_iteration
+from specsample.decoding import tuning
+from specsample.models import MarkovLM
+
+PROMPTS = [[1, 2], [3], [4, 5, 1], [2]]
+
+
+def toy_pair():
+  target = MarkovLM.random(0, 7, scale=2.0, eos_id=6)
+  noise = MarkovLM.random(1, 7, scale=0.8).logits_table
+  return target, MarkovLM(target.logits_table + noise, eos_id=6)
+
+
+class FakeClock:
+  """perf_counter that advances only when the timed function runs."""
+
+  def __init__(self):
+    self.now = 0.0
+
+  def perf_counter(self):
+    return self.now
+
+
+def test_timing_helpers_exclude_the_compiling_first_call(monkeypatch):
+  clock = FakeClock()
+  durations = iter([100.0, 1.0, 3.0, 2.0] * 2)  # each first call "compiles" for 100 s
+
+  def fn():
+    clock.now += next(durations)
+    return 0
+
+  monkeypatch.setattr(tuning.time, "perf_counter", clock.perf_counter)
+  assert tuning.median_seconds(fn, repeats=3) == 2.0
+  from specsample.bench import timing
+
+  monkeypatch.setattr(timing.time, "perf_counter", clock.perf_counter)
+  result, _ = time_call(fn, repeats=3)
+  assert result.seconds == (1.0, 3.0, 2.0) and result.median == 2.0
+  assert result.first_call_seconds == 100.0 and result.compile_seconds == 98.0
+
+
+def test_step_costs_ratios():
+  costs = StepCosts(target_seconds={1: 0.010, 2: 0.012, 3: 0.015}, draft_seconds=0.001)
+  assert costs.c == pytest.approx(0.1)
+  assert costs.r(1) == pytest.approx(1.2) and costs.r(2) == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_analytic_alpha_matches_the_toy_models_exact_overlap(temperature):
+  target, draft = toy_pair()
+  sampling = SamplingConfig(temperature=temperature)
+  out = generate(target, PROMPTS, max_new_tokens=6, sampling=sampling, seed=3)
+  sequences, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+  beta = target.analytic_alpha(draft, sampling)  # [vocab]: overlap after each token
+  expected = []
+  for prompt, row, length in zip(PROMPTS, sequences, lengths, strict=True):
+    contexts = [prompt[-1]] + row[: length - 1].tolist()
+    expected += [beta[c] for c in contexts]
+  measured = analytic_alpha(target, draft, PROMPTS, sequences, lengths, sampling)
+  assert measured == pytest.approx(np.mean(expected), abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def report():
+  target, draft = toy_pair()
+  settings = BenchSettings(
+    gammas=(1, 2, 3), batch_sizes=(1, 3), max_new_tokens=8, repeats=1, cost_repeats=2
+  )
+  steps = []
+  result = bench_pair(target, draft, PROMPTS, settings, progress=steps.append)
+  assert len(steps) == pair.bench_steps(settings)
+  return result
+
+
+def test_sweep_points_follow_the_papers_formulas(report):
+  assert len(report.sweep) == 2 * 2 * 3  # temperatures x rules x gammas
+  costs = report.costs
+  for p in report.sweep:
+    expected = expected_tokens_per_iteration(p.alpha, p.gamma)
+    assert p.predicted_paper == pytest.approx(expected / (p.gamma * costs.c + 1))
+    assert p.predicted_with_r == pytest.approx(expected / (p.gamma * costs.c + costs.r(p.gamma)))
+    assert p.efficiency == pytest.approx(p.speedup / p.predicted_with_r)
+    assert p.speedup == pytest.approx(p.autoregressive_seconds / p.speculative_seconds)
+    assert len(p.accepted_histogram) == p.gamma + 1
+    iterations = sum(p.accepted_histogram)
+    accepted = sum(n * count for n, count in enumerate(p.accepted_histogram))
+    assert p.tokens_per_target_call == pytest.approx((accepted + iterations) / iterations)
+    assert 0 <= p.alpha <= 1
+  # Greedy with an identical draft prefix: the same target calls across rules.
+  greedy = [p for p in report.sweep if p.temperature == 0.0 and p.gamma == 2]
+  assert greedy[0].target_calls == greedy[1].target_calls
+
+
+def test_batch_points_and_best_gamma(report):
+  assert [(b.temperature, b.batch_size) for b in report.batch] == [
+    (0.0, 1), (0.0, 3), (1.0, 1), (1.0, 3)
+  ]  # fmt: skip
+  for b in report.batch:
+    assert b.gamma == report.best(b.temperature).gamma and b.new_tokens > 0
+  for t in (0.0, 1.0):
+    best = report.best(t)
+    assert best.speedup == max(
+      p.speedup for p in report.sweep if p.temperature == t and p.rule == "token"
+    )
+    assert report.model_best_gamma(t) in (1, 2, 3)
+
+
+def test_report_files(report, tmp_path):
+  path = tmp_path / "report.json"
+  output.write_json(report, path, title="toy")
+  data = json.loads(path.read_text())
+  for key in ("costs", "analytic_alpha", "sweep", "batch", "best", "settings"):
+    assert key in data
+  point = data["sweep"][0]
+  for key in ("speedup", "efficiency", "predicted_paper", "predicted_with_r", "alpha"):
+    assert key in point
+  assert data["costs"]["r"]["1"] == pytest.approx(report.costs.r(1))
+  text = output.markdown(report, title="toy")
+  assert text.count("\n| 0 | token |") == 3 and "c = " in text
+  written = output.plot(report, tmp_path, title="toy")
+  assert sorted(p.rsplit("/", 1)[-1] for p in written) == [
+    "acceptance_histogram.png", "batch_scaling.png", "speedup_vs_gamma.png"
+  ]  # fmt: skip
+  assert all((tmp_path / name).stat().st_size > 5000 for name in ("batch_scaling.png",))
+
+
+@pytest.mark.parametrize(
+  "kwargs",
+  [
+    {"gammas": ()},
+    {"gammas": (0,)},
+    {"rules": ("tokenwise",)},
+    {"temperatures": (-1.0,)},
+    {"batch_sizes": (0,)},
+    {"repeats": 0},
+  ],
+)
+def test_bad_settings(kwargs):
+  with pytest.raises(ValueError):
+    BenchSettings(**kwargs)
