@@ -38,7 +38,7 @@ def write_card(metrics: dict) -> None:
     target_training=training.get("target", "see scripts/train_bundled.py"),
     draft_training=training.get("draft", "see scripts/train_bundled.py"),
     train_pairs=training.get("train_pairs", "?"),
-    train_minutes=training.get("minutes", "?"),
+    train_minutes=round(training.get("target_minutes", 0) + training.get("draft_minutes", 0)),
     machine=f"{platform.machine()} ({platform.processor() or 'CPU'})",
   )
   (BUNDLE_DIR / "MODEL_CARD.md").write_text(card)

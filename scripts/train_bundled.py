@@ -48,9 +48,11 @@ TARGET_CONFIG = T5Config(
 )  # fmt: skip
 DRAFT_CONFIG = T5Config(
   vocab_size=VOCAB_SIZE, d_model=64, num_heads=2, head_dim=32, mlp_dim=256,
-  num_encoder_layers=2, num_decoder_layers=1, mlp_activations=("gelu", "linear"),
+  num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),
   tie_word_embeddings=False,
 )  # fmt: skip
+# Equal encoder and decoder depths: transformers' generate (which scripts/compare_hf.py
+# runs on the same weights) fails with a KV cache when the two differ.
 BUNDLE = os.path.join(os.path.dirname(__file__), "..", "specsample", "bundled", "ende")
 
 
@@ -123,6 +125,7 @@ def stage_target(work: str, vocab: Vocabulary, minutes: float, steps: int) -> T5
   )  # fmt: skip
   record(
     work,
+    target_minutes=round((time.time() - start) / 60, 1),
     train_pairs=len(inputs),
     target=f"{losses[-1][0]} steps x 64, cross-entropy {losses[-1][1]:.2f}, "
     f"{(time.time() - start) / 60:.0f} min",
@@ -135,6 +138,7 @@ def stage_draft(work: str, vocab: Vocabulary, target: T5, minutes: float) -> T5:
   out = os.path.join(work, "draft")
   if os.path.exists(os.path.join(out, "config.json")):
     return load_t5(out)
+  start = time.time()
   _, inputs, targets = encoded_split(work, vocab, "train")
   # Warm start on the data (a third of the budget), then on-policy distillation.
   warm = TrainSettings(steps=1500, batch_size=64, learning_rate=3e-3, max_seconds=minutes * 20)
@@ -165,6 +169,7 @@ def stage_draft(work: str, vocab: Vocabulary, target: T5, minutes: float) -> T5:
     draft, lambda c, p, i, t: forward_kl(c, p, target, i, t), on_policy, settings,
     progress=progress_logger("draft distillation"),
   )  # fmt: skip
+  record(work, draft_minutes=round((time.time() - start) / 60, 1))
   record(work, draft=f"{warm_log[-1][0]} warm-up + {kl_log[-1][0]} distillation steps x 64, "
          f"final KL {kl_log[-1][1]:.2f}")  # fmt: skip
   save_hf_t5(draft, out)
