@@ -4,13 +4,18 @@ Speculative decoding verifies gamma draft tokens with ONE target call over k = g
 tokens. On accelerators that call costs about one token (the weights are streamed once);
 on CPUs XLA's small-M matrix products make it more. This prints r(k) = t(k) / t(1) for a
 T5 preset with random weights, side by side in one run (medians, compilation excluded).
+With --option, each XLA compiler-option variant is measured too, the variants' runs
+interleaved so that machine noise hits them alike.
 
   python scripts/measure_verify_cost.py --preset t5-small --k 1 2 4 8
+  python scripts/measure_verify_cost.py --preset t5-base \
+    --option xla_cpu_experimental_ynn_fusion_type=
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +32,13 @@ def main() -> None:
   parser.add_argument("--encoder-length", type=int, default=32)
   parser.add_argument("--cache-length", type=int, default=64)
   parser.add_argument("--repeats", type=int, default=20)
+  parser.add_argument(
+    "--option",
+    action="append",
+    default=[],
+    metavar="NAME=VALUE",
+    help="an XLA compiler option variant to measure beside the default (repeatable)",
+  )
   args = parser.parse_args()
 
   config = preset(args.preset)
@@ -34,25 +46,43 @@ def main() -> None:
   prompts = jnp.ones((args.batch, args.encoder_length), jnp.int32)
   lengths = jnp.full((args.batch,), args.encoder_length, jnp.int32)
   state, _ = jax.jit(lambda m: m.init_state(prompts, lengths, args.cache_length))(model)
-  extend = jax.jit(lambda m, s, t: m.extend(s, t, jnp.zeros((args.batch,), jnp.int32))[0])
+  variants = {"default": {}}
+  for option in args.option:
+    name, _, value = option.partition("=")
+    variants[option] = {name: value}
+  extends = {
+    label: jax.jit(
+      lambda m, s, t: m.extend(s, t, jnp.zeros((args.batch,), jnp.int32))[0],
+      compiler_options=options or None,
+    )
+    for label, options in variants.items()
+  }
 
   print(
     f"{args.preset}: {config.num_parameters / 1e6:.0f}M parameters, batch {args.batch}, "
     f"encoder length {args.encoder_length}, cache {args.cache_length}, jax {jax.__version__} "
     f"on {jax.devices()[0].platform}; medians of {args.repeats}"
   )
-  print("| k | ms per call | r(k) = t(k) / t(1) | ms per token |")
-  print("|---|---|---|---|")
-  base = None
-  for k in args.k:
-    tokens = jnp.ones((args.batch, k), jnp.int32)
-    timing, _ = time_call(lambda t=tokens: extend(model, state, t), repeats=args.repeats)
-    base = base or timing.median
-    print(
-      f"| {k} | {timing.median * 1e3:.2f} | {timing.median / base:.2f} | "
-      f"{timing.median * 1e3 / k:.2f} |",
-      flush=True,
-    )
+  print("| variant | k | ms per call | r(k) = t(k) / t(1) | ms per token |")
+  print("|---|---|---|---|---|")
+  medians = {(label, k): [] for label in variants for k in args.k}
+  for extend in extends.values():  # compile every program first
+    for k in args.k:
+      jax.block_until_ready(extend(model, state, jnp.ones((args.batch, k), jnp.int32)))
+  for _ in range(args.repeats):  # interleaved: one run of each program per round
+    for label, extend in extends.items():
+      for k in args.k:
+        tokens = jnp.ones((args.batch, k), jnp.int32)
+        timing, _ = time_call(lambda t=tokens, f=extend: f(model, state, t), repeats=1)
+        medians[label, k].append(timing.median)
+  for label in variants:
+    base = statistics.median(medians[label, args.k[0]])
+    for k in args.k:
+      median = statistics.median(medians[label, k])
+      print(
+        f"| {label} | {k} | {median * 1e3:.2f} | {median / base:.2f} | {median * 1e3 / k:.2f} |",
+        flush=True,
+      )
 
 
 if __name__ == "__main__":
