@@ -3,7 +3,7 @@
 Speculative decoding verifies gamma draft tokens with ONE target call over k = gamma + 1
 tokens. On accelerators that call costs about one token (the weights are streamed once);
 on CPUs XLA's small-M matrix products make it more. This prints r(k) = t(k) / t(1) for a
-T5 preset with random weights, side by side in one run (medians, compilation excluded).
+T5 or decoder-only (llama-134m) preset with random weights, side by side in one run (medians, compilation excluded).
 With --option, each XLA compiler-option variant is measured too, the variants' runs
 interleaved so that machine noise hits them alike.
 
@@ -21,12 +21,13 @@ import jax
 import jax.numpy as jnp
 
 from specsample.bench import time_call
+from specsample.models import decoder_only
 from specsample.models.t5 import T5, preset
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--preset", default="t5-small")
+  parser.add_argument("--preset", default="t5-small", help="a T5 or decoder-only preset")
   parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 4, 8])
   parser.add_argument("--batch", type=int, default=1)
   parser.add_argument("--encoder-length", type=int, default=32)
@@ -41,8 +42,12 @@ def main() -> None:
   )
   args = parser.parse_args()
 
-  config = preset(args.preset)
-  model = T5.init_random(config, seed=0)
+  if args.preset in decoder_only.PRESETS:
+    config = decoder_only.preset(args.preset)
+    model = decoder_only.DecoderOnly.init_random(config, seed=0)
+  else:
+    config = preset(args.preset)
+    model = T5.init_random(config, seed=0)
   prompts = jnp.ones((args.batch, args.encoder_length), jnp.int32)
   lengths = jnp.full((args.batch,), args.encoder_length, jnp.int32)
   state, _ = jax.jit(lambda m: m.init_state(prompts, lengths, args.cache_length))(model)

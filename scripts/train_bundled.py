@@ -9,7 +9,7 @@ Stages (each skipped when its output already exists in --work, so a run can resu
   5. evaluate  BLEU (sacrebleu) of both on the test split, alpha of the pair
   6. bundle    float16 safetensors + spiece.model + card       -> specsample/bundled/ende/
 
-  python scripts/train_bundled.py --work out/bundled [--target-steps 4000 --draft-minutes 15]
+  python scripts/train_bundled.py --work out/bundled [--target-steps 3800 --draft-minutes 15]
 """
 
 from __future__ import annotations
@@ -111,12 +111,14 @@ def progress_logger(name: str):
   return lambda step, loss: log(f"{name}: step {step} loss {loss:.3f}")
 
 
-def stage_target(work: str, vocab: Vocabulary, minutes: float, steps: int) -> T5:
+def stage_target(work: str, vocab: Vocabulary, minutes: float, steps: int, lr: float) -> T5:
   out = os.path.join(work, "target")
   if os.path.exists(os.path.join(out, "config.json")):
     return load_t5(out)
   _, inputs, targets = encoded_split(work, vocab, "train")
-  settings = TrainSettings(steps=steps, batch_size=64, learning_rate=2e-3, max_seconds=minutes * 60)
+  settings = TrainSettings(
+    steps=steps, batch_size=64, learning_rate=lr, warmup_steps=300, max_seconds=minutes * 60
+  )
   data = batches(inputs, targets, settings.batch_size, settings.seed)
   start = time.time()
   model, losses = train(
@@ -203,14 +205,15 @@ def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--work", default="out/bundled")
   parser.add_argument("--target-minutes", type=float, default=80, help="wall-clock cap")
-  parser.add_argument("--target-steps", type=int, default=4000)
+  parser.add_argument("--target-steps", type=int, default=3800)
+  parser.add_argument("--target-lr", type=float, default=1e-3, help="peak AdamW learning rate")
   parser.add_argument("--draft-minutes", type=float, default=15)
   parser.add_argument("--no-bundle", action="store_true", help="stop after evaluation")
   args = parser.parse_args()
   os.makedirs(args.work, exist_ok=True)
   stage_data(args.work)
   vocab = stage_vocab(args.work)
-  target = stage_target(args.work, vocab, args.target_minutes, args.target_steps)
+  target = stage_target(args.work, vocab, args.target_minutes, args.target_steps, args.target_lr)
   draft = stage_draft(args.work, vocab, target, args.draft_minutes)
   metrics = stage_evaluate(args.work, vocab, target, draft)
   if not args.no_bundle:
