@@ -3,7 +3,8 @@
 Speculative decoding verifies gamma draft tokens with ONE target call over k = gamma + 1
 tokens. On accelerators that call costs about one token (the weights are streamed once);
 on CPUs XLA's small-M matrix products make it more. This prints r(k) = t(k) / t(1) for a
-T5 or decoder-only (llama-134m) preset with random weights, side by side in one run (medians, compilation excluded).
+T5 or decoder-only (llama-134m) preset with random weights, side by side in one run
+(medians, compilation excluded).
 With --option, each XLA compiler-option variant is measured too, the variants' runs
 interleaved so that machine noise hits them alike.
 

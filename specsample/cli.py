@@ -6,6 +6,8 @@ specsample translate TEXT...   English -> German with the bundled T5 pair: the
 specsample generate ...        any target/draft checkpoints (T5X or Hugging Face)
 specsample bench ...           alpha, c, r, predicted vs measured speedup, gamma sweep and
                                batch scaling of a pair (default: the bundled one)
+specsample plan ...            parameter, cache and activation bytes per device on a mesh,
+                               and whether they fit an accelerator (nothing is loaded)
 specsample demo                the toy Markov pair, checked against exact distributions
 """
 
@@ -145,6 +147,18 @@ def _parser() -> argparse.ArgumentParser:
   bench.add_argument("--seed", type=int, default=0)
   bench.add_argument("--out", default="bench_out", help="directory for JSON, markdown, plots")
   bench.add_argument("--title", default=None)
+
+  planner = commands.add_parser("plan", help="memory per device on a mesh, before loading")
+  planner.add_argument("--target", required=True, help="preset (t5-11b) or HF directory")
+  planner.add_argument("--draft", help="preset or HF directory")
+  planner.add_argument("--mesh", default=None, help='e.g. "data=2,model=4" (default: data=1)')
+  planner.add_argument("--draft-mesh", default=None, help="default: the target's mesh")
+  planner.add_argument("--batch", type=int, default=1)
+  planner.add_argument("--input-length", type=int, default=512, help="encoder/prompt tokens")
+  planner.add_argument("--max-new-tokens", type=int, default=128)
+  planner.add_argument("--gamma", type=int, default=4)
+  planner.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+  planner.add_argument("--accelerator", nargs="+", help="check only these (default: all known)")
 
   from specsample.demo import DemoSettings
 
@@ -290,6 +304,27 @@ def _run_bench(args) -> int:
   return 0
 
 
+def _run_plan(args) -> int:
+  from specsample.scaling.plan import DecodeShape, parse_mesh, plan, plan_table, resolve_config
+
+  shape = DecodeShape(
+    batch=args.batch,
+    input_length=args.input_length,
+    max_new_tokens=args.max_new_tokens,
+    gamma=args.gamma,
+    dtype=args.dtype,
+  )
+  memory = plan(
+    resolve_config(args.target),
+    resolve_config(args.draft) if args.draft else None,
+    parse_mesh(args.mesh),
+    shape,
+    draft_mesh=parse_mesh(args.draft_mesh) if args.draft_mesh else None,
+  )
+  print(plan_table(memory, args.accelerator))
+  return 0
+
+
 def _run_demo(args) -> int:
   from specsample.demo import DemoSettings, run_demo
 
@@ -308,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     "translate": _run_translate,
     "generate": _run_generate,
     "bench": _run_bench,
+    "plan": _run_plan,
     "demo": _run_demo,
   }
   try:
