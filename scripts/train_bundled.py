@@ -9,7 +9,7 @@ Stages (each skipped when its output already exists in --work, so a run can resu
   5. evaluate  BLEU (sacrebleu) of both on the test split, alpha of the pair
   6. bundle    float16 safetensors + spiece.model + card       -> specsample/bundled/ende/
 
-  python scripts/train_bundled.py --work out/bundled [--target-steps 3800 --draft-minutes 15]
+  python scripts/train_bundled.py --work out/bundled [--target-steps 3800 --draft-minutes 12]
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def main() -> int:
   parser.add_argument("--target-minutes", type=float, default=80, help="wall-clock cap")
   parser.add_argument("--target-steps", type=int, default=3800)
   parser.add_argument("--target-lr", type=float, default=1e-3, help="peak AdamW learning rate")
-  parser.add_argument("--draft-minutes", type=float, default=15)
+  parser.add_argument("--draft-minutes", type=float, default=12)
   parser.add_argument("--no-bundle", action="store_true", help="stop after evaluation")
   args = parser.parse_args()
   os.makedirs(args.work, exist_ok=True)

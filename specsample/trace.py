@@ -29,7 +29,9 @@ def trace_lines(
   *,
   length: int | None = None,
 ) -> list[TraceLine]:
-  """Lines from SpeculativeTrace.row(...) output; stops once `length` tokens are committed."""
+  """Lines from SpeculativeTrace.row(...) output; stops once `length` tokens (the row's
+  output length) are committed, and shows nothing past the end of the row: when the row
+  ends inside an accepted block (at EOS or max_new_tokens), the line ends there too."""
   lines, committed = [], 0
   prefix = ""
   for drafts, accepted, next_token in iterations:
@@ -37,7 +39,10 @@ def trace_lines(
       break
     kept = list(drafts[:accepted])
     rejected = piece(drafts[accepted]) if accepted < len(drafts) else None
-    line = TraceLine(prefix, tuple(piece(t) for t in kept), rejected, piece(next_token))
+    correction = piece(next_token)
+    if length is not None and committed + accepted >= length:
+      kept, rejected, correction = kept[: length - committed], None, ""
+    line = TraceLine(prefix, tuple(piece(t) for t in kept), rejected, correction)
     lines.append(line)
     prefix += "".join(line.accepted) + line.correction
     committed += accepted + 1

@@ -39,10 +39,10 @@ def test_lines_of_a_known_run():
   out, lines = known_run()
   assert out.sequences()[0] == [2, 3, 4, 5, 6, 7, EOS]
   # Iteration 1: drafts 2 3 4, all accepted, bonus 5. Iteration 2: drafts 6 7 EOS, all
-  # accepted (the row ends inside the block).
+  # accepted: the row ends inside the block, so the bonus token after EOS is not shown.
   assert [(l.accepted, l.rejected, l.correction) for l in lines] == [
     (("<2>", "<3>", "<4>"), None, "<5>"),
-    (("<6>", "<7>", "<1>"), None, "<2>"),
+    (("<6>", "<7>", "<1>"), None, ""),
   ]
   out2 = speculative_generate(
     TARGET, DRAFT, [[3]], gamma=3, max_new_tokens=10, sampling=SamplingConfig(0.0), trace=True
