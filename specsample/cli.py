@@ -80,7 +80,7 @@ def _int_list(text: str) -> tuple[int, ...]:
   return tuple(values)
 
 
-def _resolve_gamma(target, draft, prompts, args) -> None:
+def _resolve_gamma(target, draft, prompts, args, prompt_lengths=None) -> None:
   """Replaces --gamma auto by the tuned gamma (measured once, before the timed runs)."""
   if args.gamma != "auto":
     return
@@ -88,7 +88,13 @@ def _resolve_gamma(target, draft, prompts, args) -> None:
 
   sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
   choice = tune_gamma(
-    target, draft, prompts, sampling=sampling, verification=args.verification, seed=args.seed
+    target,
+    draft,
+    prompts,
+    sampling=sampling,
+    verification=args.verification,
+    seed=args.seed,
+    prompt_lengths=prompt_lengths,
   )
   predicted = ", ".join(f"{g}: {s:.2f}x" for g, s in choice.predicted_speedup.items())
   print(
@@ -126,6 +132,14 @@ def _parser() -> argparse.ArgumentParser:
   generate.add_argument("--prefix", default="", help='task prefix, e.g. "summarize: "')
   generate.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
   generate.add_argument("text", nargs="*", help="inputs (instead of --input-file)")
+  scale = generate.add_argument_group("devices")
+  scale.add_argument("--mesh", help='shard over a device mesh, e.g. "data=2,model=4"')
+  scale.add_argument(
+    "--shard-draft", action="store_true", help="split the draft over the model axis too"
+  )
+  scale.add_argument(
+    "--distributed", action="store_true", help="multi-host: jax.distributed.initialize() first"
+  )
   _add_decoding_options(generate, max_new_tokens=64)
 
   bench = commands.add_parser("bench", help="measure a pair: alpha, c, r, speedups, plots")
@@ -176,7 +190,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _report(texts, comparison: Comparison, vocab, args) -> None:
-  for source, tokens in zip(texts, comparison.speculative.sequences(), strict=True):
+  outputs = comparison.speculative.sequences()[: len(texts)]  # rows padded for a mesh go
+  for source, tokens in zip(texts, outputs, strict=True):
     print(vocab.decode(tokens))
     if len(texts) > 1:
       print(f"  (from: {source})", file=sys.stderr)
@@ -245,19 +260,50 @@ def _run_generate(args) -> int:
   if not texts:
     print("specsample generate: give inputs as arguments or with --input-file", file=sys.stderr)
     return 2
+  if args.distributed:
+    from specsample.scaling.shard import initialize_distributed
+
+    initialize_distributed()
   target = load_t5(args.target, dtype=args.dtype)
   draft = load_t5(args.draft, dtype=args.dtype)
   vocab = Vocabulary(args.vocab or args.target)
-  prompts = [vocab.encode(args.prefix + text) for text in texts]
-  _resolve_gamma(target, draft, prompts, args)
+  prompts = host_prompts = [vocab.encode(args.prefix + text) for text in texts]
+  lengths = None
+  if args.mesh:
+    target, draft, prompts, lengths = _shard(target, draft, prompts, args)
+  _resolve_gamma(target, draft, prompts, args, lengths)
   settings = _decode_settings(args)
   comparison = compare(
-    target, draft, prompts, settings, repeats=args.repeats, baseline=not args.no_baseline
+    target,
+    draft,
+    prompts,
+    settings,
+    repeats=args.repeats,
+    baseline=not args.no_baseline,
+    prompt_lengths=lengths,
   )
   _report(texts, comparison, vocab, args)
   if args.trace:
-    _trace(target, draft, prompts, settings, vocab, args.trace, f"generate: {texts[0]}")
+    _trace(target, draft, host_prompts, settings, vocab, args.trace, f"generate: {texts[0]}")
   return 0
+
+
+def _shard(target, draft, prompts, args):
+  """Places both models and the prompts on the --mesh (batch padded to the data axis)."""
+  import jax
+
+  from specsample.scaling.plan import parse_mesh
+  from specsample.scaling.shard import global_prompts, make_mesh, shard_model
+
+  mesh = make_mesh(parse_mesh(args.mesh, jax.device_count()))
+  target = shard_model(target, mesh)
+  draft = shard_model(draft, mesh, model_parallel=args.shard_draft)
+  padded, lengths, real = global_prompts(prompts, mesh, pad_id=target.pad_id)
+  if real != padded.shape[0]:
+    print(f"batch padded from {real} to {padded.shape[0]} rows for the mesh", file=sys.stderr)
+  if args.trace and jax.process_count() > 1:
+    raise ValueError("--trace is for single-process runs")
+  return target, draft, padded, lengths
 
 
 def _run_bench(args) -> int:

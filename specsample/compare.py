@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from specsample.bench import time_call
 from specsample.core import SamplingConfig
 from specsample.decoding import GenerationOutput, generate, speculative_generate
@@ -45,16 +43,23 @@ class Comparison:
     """Whether both produced the same tokens (expected under greedy decoding)."""
     if self.autoregressive is None:
       return None
-    return bool(np.array_equal(self.speculative.tokens, self.autoregressive.tokens))
+    return self.speculative.sequences() == self.autoregressive.sequences()
 
   def ms_per_token(self, which: str) -> float:
     output = self.speculative if which == "speculative" else self.autoregressive
     seconds = self.speculative_seconds if which == "speculative" else self.autoregressive_seconds
-    return 1e3 * seconds / max(1, int(np.sum(output.lengths)))
+    return 1e3 * seconds / max(1, sum(map(len, output.sequences())))
 
 
 def compare(
-  target, draft, prompts, settings: DecodeSettings, *, repeats: int = 3, baseline: bool = True
+  target,
+  draft,
+  prompts,
+  settings: DecodeSettings,
+  *,
+  repeats: int = 3,
+  baseline: bool = True,
+  prompt_lengths=None,
 ) -> Comparison:
   """Decodes `prompts` speculatively and (if `baseline`) autoregressively, timing both."""
 
@@ -63,6 +68,7 @@ def compare(
       target,
       draft,
       prompts,
+      prompt_lengths=prompt_lengths,
       gamma=settings.gamma,
       max_new_tokens=settings.max_new_tokens,
       sampling=settings.sampling,
@@ -74,6 +80,7 @@ def compare(
     return generate(
       target,
       prompts,
+      prompt_lengths=prompt_lengths,
       max_new_tokens=settings.max_new_tokens,
       sampling=settings.sampling,
       seed=settings.seed,

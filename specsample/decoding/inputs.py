@@ -47,6 +47,8 @@ def prepare_prompts(
   """
   if isinstance(prompts, jax.core.Tracer):
     raise TypeError("prompts must be concrete (call the decoder outside jax.jit)")
+  if isinstance(prompts, jax.Array) and not prompts.is_fully_addressable:
+    return _global_prompts(prompts, prompt_lengths)
   if isinstance(prompts, Sequence) and not isinstance(prompts, str | bytes):
     if prompt_lengths is not None:
       raise ValueError("prompt_lengths is only for array prompts; sequences carry their lengths")
@@ -86,6 +88,21 @@ def prepare_prompts(
     )
   # Converted on the host: a device-side dtype conversion would compile a program.
   return jax.device_put(array.astype(np.int32)), jax.device_put(lengths.astype(np.int32))
+
+
+def _global_prompts(prompts: jax.Array, prompt_lengths) -> tuple[jax.Array, jax.Array]:
+  """Prompts spread over several processes (jax.make_array_from_process_local_data):
+  shapes and dtypes are checked here; token values cannot be seen from one process."""
+  if prompts.ndim != 2 or not jnp.issubdtype(prompts.dtype, jnp.integer):
+    raise ValueError(
+      f"prompts must be int[batch, prompt_length], got {prompts.dtype}{prompts.shape}"
+    )
+  if not isinstance(prompt_lengths, jax.Array) or prompt_lengths.shape != prompts.shape[:1]:
+    raise ValueError(
+      "multi-process prompts need prompt_lengths as a global int array of shape [batch] "
+      "(build both with jax.make_array_from_process_local_data)"
+    )
+  return prompts.astype(jnp.int32), prompt_lengths.astype(jnp.int32)
 
 
 def make_key(seed) -> jax.Array:

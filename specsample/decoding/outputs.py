@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import struct
+
+
+def _to_host(array) -> np.ndarray:
+  if isinstance(array, jax.Array) and not array.is_fully_addressable:
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+  return np.asarray(array)
+
+
+def _total(array) -> int:
+  """Sum of an int array, also when its rows are spread over several processes."""
+  if isinstance(array, jax.Array) and not array.is_fully_addressable:
+    return int(jnp.sum(array))  # a replicated scalar every process can read
+  return int(np.sum(array))
 
 
 class NonFiniteLogitsError(FloatingPointError):
@@ -19,7 +35,7 @@ def raise_on_nonfinite(flags_by_model: dict[str, jax.Array]) -> None:
   """
   problems = []
   for role, flags in flags_by_model.items():
-    rows = np.flatnonzero(np.asarray(flags))
+    rows = np.flatnonzero(_to_host(flags))
     if rows.size:
       problems.append(f"the {role} model gave NaN/inf logits in batch rows {rows.tolist()}")
   if problems:
@@ -58,15 +74,15 @@ class DecodingStats:
     a rejection are never looked at. For token-wise verification this estimates the
     paper's alpha = E[sum_x min(p, q)] without the bias of accepted / drafted.
     """
-    accepted = int(np.sum(self.accepted))
-    verified = accepted + int(np.sum(self.rejected))
+    accepted = _total(self.accepted)
+    verified = accepted + _total(self.rejected)
     return accepted / verified if verified else float("nan")
 
   @property
   def acceptance_ratio(self) -> float:
     """Accepted / drafted draft tokens (NaN if nothing was drafted)."""
-    drafted = int(np.sum(self.drafted))
-    return int(np.sum(self.accepted)) / drafted if drafted else float("nan")
+    drafted = _total(self.drafted)
+    return _total(self.accepted) / drafted if drafted else float("nan")
 
   @property
   def tokens_per_target_call(self) -> float:
@@ -75,10 +91,10 @@ class DecodingStats:
     Counts verification output before truncation at EOS / max_new_tokens, so it measures
     the rule, not where the text happened to stop.
     """
-    iterations = int(np.sum(self.iterations))
+    iterations = _total(self.iterations)
     if not iterations:
       return float("nan")
-    return (int(np.sum(self.accepted)) + iterations) / iterations
+    return (_total(self.accepted) + iterations) / iterations
 
 
 @struct.dataclass(kw_only=True)
@@ -109,6 +125,7 @@ class GenerationOutput:
   trace: SpeculativeTrace | None = None
 
   def sequences(self) -> list[list[int]]:
-    """Each row's generated tokens as a Python list, without padding."""
-    tokens, lengths = np.asarray(self.tokens), np.asarray(self.lengths)
+    """Each row's generated tokens as a Python list, without padding (all processes'
+    rows when the output is spread over several)."""
+    tokens, lengths = _to_host(self.tokens), _to_host(self.lengths)
     return [row[:length].tolist() for row, length in zip(tokens, lengths, strict=True)]

@@ -163,6 +163,8 @@ class DecoderOnly:
 
   params: Any
   config: DecoderOnlyConfig = struct.field(pytree_node=False)
+  # Optional, static: `constrain(array, logical_axes)` (specsample.scaling.Partitioning).
+  partitioning: Any = struct.field(pytree_node=False, default=None)
 
   @classmethod
   def init_random(cls, config: DecoderOnlyConfig, seed: int = 0) -> DecoderOnly:
@@ -188,9 +190,16 @@ class DecoderOnly:
 
   def _run(self, caches, tokens, end_index):
     positions = end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
-    return DecoderOnlyNetwork(self.config).apply(
+    logits, caches = DecoderOnlyNetwork(self.config).apply(
       {"params": self.params}, tokens, positions, caches, end_index
     )
+    if self.partitioning is not None:
+      axes = ("batch", "length", "kv_heads", "head_dim")
+      caches = tuple(
+        (self.partitioning.constrain(k, axes), self.partitioning.constrain(v, axes))
+        for k, v in caches
+      )
+    return logits, caches
 
   def init_state(
     self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int

@@ -32,6 +32,9 @@ class T5:
 
   params: Any
   config: T5Config = struct.field(pytree_node=False)
+  # Optional, static: an object with `constrain(array, logical_axes)` (for example
+  # specsample.scaling.Partitioning) that places the decoding state on a device mesh.
+  partitioning: Any = struct.field(pytree_node=False, default=None)
 
   @classmethod
   def init_random(cls, config: T5Config, seed: int = 0) -> T5:
@@ -52,6 +55,16 @@ class T5:
   def pad_id(self) -> int:
     return self.config.pad_id
 
+  def _constrain(self, x: jax.Array, logical_axes: tuple[str, ...]) -> jax.Array:
+    if self.partitioning is None:
+      return x
+    return self.partitioning.constrain(x, logical_axes)
+
+  def _constrain_caches(self, caches):
+    """Keys/values [batch, positions, heads, head_dim]: batch over data, heads over model."""
+    axes = ("batch", "length", "heads", "head_dim")
+    return tuple((self._constrain(k, axes), self._constrain(v, axes)) for k, v in caches)
+
   def _apply(self, *args, method):
     return T5Network(self.config).apply({"params": self.params}, *args, method=method)
 
@@ -61,6 +74,7 @@ class T5:
     self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
   ) -> tuple[T5State, jax.Array]:
     batch, length = prompts.shape
+    prompts = self._constrain(prompts, ("batch", "length"))
     valid = jnp.arange(length)[None, :] < prompt_lengths[:, None]  # [batch, length]
     encoded = self._apply(prompts, valid, method=T5Network.encode)
     cross = self._apply(encoded, method=T5Network.cross_keys_values)
@@ -70,6 +84,7 @@ class T5:
     caches = tuple(
       (jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(c.num_decoder_layers)
     )
+    caches, cross = self._constrain_caches(caches), self._constrain_caches(cross)
     state = T5State(
       cross=cross,
       encoder_valid=valid,
@@ -91,6 +106,7 @@ class T5:
       state.end_index,
       method=T5Network.decode,
     )
+    caches = self._constrain_caches(caches)
     return logits, state.replace(caches=caches, end_index=state.end_index + num_valid)
 
   def rewind(self, state: T5State, end_index: jax.Array) -> T5State:
