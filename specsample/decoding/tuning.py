@@ -31,10 +31,18 @@ def _init(model, prompts, lengths, num_new_positions):
   return model.init_state(prompts, lengths, num_new_positions)[0]
 
 
-@jax.jit
-def _extend_logits(model, state, tokens):
-  # num_valid 0: the state does not advance, so every timed call does the same work.
-  return model.extend(state, tokens, jnp.zeros((tokens.shape[0],), jnp.int32))[0]
+@functools.partial(jax.jit, static_argnames=("calls",))
+def _extend_calls(model, state, tokens, calls):
+  """`calls` extends in one compiled loop, as the decoding loops make them (no dispatch
+  per call). num_valid 0: the state does not advance, so every call does the same work;
+  each call's tokens depend on the previous logits so that XLA cannot hoist the call."""
+  none = jnp.zeros((tokens.shape[0],), jnp.int32)
+
+  def body(_, tokens):
+    logits = model.extend(state, tokens, none)[0]
+    return tokens + (logits[0, 0, 0] > 3e38).astype(jnp.int32)  # always + 0
+
+  return jax.lax.fori_loop(0, calls, body, tokens)
 
 
 def median_seconds(fn, *, repeats: int) -> float:
@@ -56,8 +64,11 @@ def step_seconds(
   prompt_lengths: jax.Array | None = None,
   cache_length: int = 64,
   repeats: int = 20,
+  calls: int = 10,
 ) -> float:
-  """Median seconds of one `extend` over k tokens per row, after prefilling `prompts`.
+  """Median seconds of one `extend` over k tokens per row, after prefilling `prompts`,
+  inside a compiled loop of `calls` extends (what a step costs within the decoding loops,
+  without the per-call dispatch a separately called function pays).
 
   prompts: int[batch, prompt_length], right-padded; prompt_lengths int[batch] (default:
   the count of non-zero tokens per row, for models whose padding id is 0).
@@ -67,7 +78,8 @@ def step_seconds(
   lengths = jnp.asarray(prompt_lengths, jnp.int32)
   state = _init(model, prompts, lengths, max(cache_length, k + 2))
   tokens = jnp.zeros((prompts.shape[0], k), jnp.int32)
-  return median_seconds(lambda: _extend_logits(model, state, tokens), repeats=repeats)
+  run = lambda: _extend_calls(model, state, tokens, calls)  # noqa: E731
+  return median_seconds(run, repeats=repeats) / calls
 
 
 @dataclasses.dataclass(frozen=True)
