@@ -80,3 +80,37 @@ def test_parameter_and_cache_shardings_follow_the_rules(report):
     model_only["wi_0_shape"][0],
     model_only["wi_0_shape"][1] // 8,
   ]
+
+
+def test_two_processes_feed_their_rows_and_match_a_local_decode(tmp_path):
+  """jax.distributed over two CPU processes (gloo): the multi-host path, for real."""
+  import socket
+
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    port = str(s.getsockname()[1])
+  runs = [
+    subprocess.Popen(
+      [
+        sys.executable,
+        str(HERE / "multiprocess_check.py"),
+        port,
+        str(i),
+        str(tmp_path / f"{i}.json"),
+      ],
+      cwd=HERE,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i in range(2)
+  ]
+  for run in runs:
+    output, _ = run.communicate(timeout=600)
+    assert run.returncode == 0, output[-3000:]
+  for i in range(2):
+    report = json.loads((tmp_path / f"{i}.json").read_text())
+    assert report["process_count"] == 2 and report["global_devices"] == 4
+    assert report["local_devices"] == 2 and not report["fully_addressable"]
+    assert report["rows"] == 6  # 5 prompts padded to a multiple of data=2
+    assert report["equal"]  # gathered greedy output == the unsharded local decode
