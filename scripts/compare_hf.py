@@ -22,25 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 from specsample import SamplingConfig, generate, speculative_generate
+from specsample.bench import time_call
+from specsample.bench.pair import pad_to_width
 from specsample.checkpoints import Vocabulary, load_t5, save_hf_t5
 
 
 def median_seconds(fn, repeats: int) -> tuple[float, object]:
-  result = fn()  # warm-up / compilation
-  runs = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    result = fn()
-    runs.append(time.perf_counter() - start)
-  return statistics.median(runs), result
+  """(median seconds, last result) after one untimed warm-up / compiling call."""
+  timing, result = time_call(fn, repeats=repeats)
+  return timing.median, result
 
 
 def hf_models(target, draft, directory: pathlib.Path):
@@ -105,23 +101,17 @@ def decoders(target, draft, hf_target, hf_draft, prompt, array, length, args, sa
 def run_mode(target, draft, hf_target, hf_draft, prompts, args, temperature: float) -> dict:
   sample = temperature > 0
   sampling = SamplingConfig(temperature=temperature)
-  width = max(len(p) for p in prompts)
   rows = {
     name: {"seconds": 0.0, "tokens": 0, "outputs": []}
     for name in ("hf_plain", "hf_assisted", "ours_plain", "ours_speculative")
   }
   accepted = verified = 0
   for i, prompt in enumerate(prompts):
-    array = np.zeros((1, width), np.int32)
-    array[0, : len(prompt)] = prompt
-    length = np.array([len(prompt)], np.int32)
+    array, length = pad_to_width([prompt], max(len(p) for p in prompts))
     runs = decoders(target, draft, hf_target, hf_draft, prompt, array, length, args, sampling, i)
     for name, fn in runs.items():
       seconds, result = median_seconds(fn, args.repeats)
       if name.startswith("ours"):
-        import jax
-
-        jax.block_until_ready(result.tokens)
         if name == "ours_speculative":
           accepted += int(np.sum(result.stats.accepted))
           verified += int(np.sum(result.stats.accepted) + np.sum(result.stats.rejected))
@@ -151,10 +141,7 @@ def run_batches(target, draft, hf_target, prompts, args) -> list[dict]:
   for size in args.batch_sizes:
     chosen = [prompts[i % len(prompts)] for i in range(size)]
     width = max(len(p) for p in chosen)
-    array = np.zeros((size, width), np.int32)
-    for i, p in enumerate(chosen):
-      array[i, : len(p)] = p
-    lengths = np.array([len(p) for p in chosen], np.int32)
+    array, lengths = pad_to_width(chosen, width)
     common = dict(prompt_lengths=lengths, max_new_tokens=args.max_new_tokens)
     spec, out = median_seconds(
       lambda a=array, c=common: speculative_generate(target, draft, a, gamma=args.gamma, **c),
