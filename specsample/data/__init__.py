@@ -1,1 +1,7 @@
-"""Datasets: the offline English->German gettext pairs (and, later, seqio/TFDS tasks)."""
+"""Datasets: seqio tasks (WMT EnDe, CNN/DM, local files) and the offline sources.
+
+- `specs`: what each eval task reads and how T5 preprocesses it (no TensorFlow needed);
+- `tasks`: seqio Tasks from those specs over TFDS or local TSV/JSONL/TFRecord files;
+- `gettext_pairs`: English->German message pairs from the system's gettext catalogs;
+- `docstrings`: Python function source -> first docstring sentence, from the stdlib.
+"""

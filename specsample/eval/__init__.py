@@ -1,1 +1,9 @@
-"""Evaluation: translation quality (sacrebleu) and speculative statistics of a pair."""
+"""Evaluation: the Table 2 pipeline and the bundled pair's metrics.
+
+- `configs`: eval configs (ml_collections) -> checked `Pipeline` (no weights needed);
+- `runner.run_eval`: target alone vs speculative over a seqio task, resumable;
+- `report`: quality, alpha, c, r, predicted / measured speedup, the paper's row;
+- `metrics`: BLEU (sacrebleu) and ROUGE (rouge-score) as T5 reports them;
+- `paper`: Table 2 of Leviathan et al. 2023;
+- `translation`: BLEU / alpha / c of the bundled translation pair (its model card).
+"""

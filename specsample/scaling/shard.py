@@ -99,7 +99,7 @@ def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
 
 
 def global_prompts(
-  prompts: Sequence[Sequence[int]], mesh: Mesh, pad_id: int = 0
+  prompts: Sequence[Sequence[int]], mesh: Mesh, pad_id: int = 0, width: int | None = None
 ) -> tuple[jax.Array, jax.Array, int]:
   """Token lists -> (prompts int32[batch, width], lengths int32[batch], real rows) as
   arrays whose batch is split over "data".
@@ -107,7 +107,8 @@ def global_prompts(
   Every process passes the same full list (e.g. read from the same file); each supplies
   only the rows of the shards it holds (`jax.make_array_from_callback`), so this works
   with one process or many. The batch is padded with copies of the last prompt up to a
-  multiple of the "data" axis; drop rows from `real rows` on in the outputs.
+  multiple of the "data" axis; drop rows from `real rows` on in the outputs. `width`
+  (default: the longest prompt) fixes the padded length, so batches share a program.
   """
   rows = [list(p) for p in prompts]
   if not rows or min(len(r) for r in rows) < 1:
@@ -115,7 +116,10 @@ def global_prompts(
   data = mesh.shape["data"]
   real = len(rows)
   rows += [rows[-1]] * (-real % data)
-  width = max(len(r) for r in rows)
+  longest = max(len(r) for r in rows)
+  if width is not None and width < longest:
+    raise ValueError(f"width {width} is shorter than the longest prompt ({longest} tokens)")
+  width = width or longest
   padded = np.full((len(rows), width), pad_id, np.int32)
   for i, row in enumerate(rows):
     padded[i, : len(row)] = row

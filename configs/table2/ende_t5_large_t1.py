@@ -1,0 +1,7 @@
+"""Table 2 row: WMT EnDe, T5-XXL target, T5-large draft, temperature 1 (paper's gamma)."""
+
+from specsample.eval.configs import table2_config
+
+
+def get_config():
+  return table2_config("ende", "t5-large", 1.0)

@@ -1,0 +1,166 @@
+"""The eval pipeline end to end, offline: TFDS mock data and local files, tiny models."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+tfds = pytest.importorskip("tensorflow_datasets")  # the seqio extra; installed in CI
+
+from t5_helpers import tiny_pair  # noqa: E402
+
+from specsample.bundled import BUNDLE_DIR  # noqa: E402
+from specsample.checkpoints import save_hf_t5  # noqa: E402
+from specsample.eval.configs import base_config, resolve  # noqa: E402
+from specsample.eval.report import REPORT_FIELDS, markdown, summary_table  # noqa: E402
+from specsample.eval.runner import bucket_width, run_eval  # noqa: E402
+from specsample.eval.store import ResultStore, StoreMismatchError  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+VOCAB = str(BUNDLE_DIR / "spiece.model")
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+  directory = tmp_path_factory.mktemp("models")
+  target, draft = tiny_pair(vocab=4000)
+  save_hf_t5(target, directory / "target")
+  save_hf_t5(draft, directory / "draft")
+  return str(directory / "target"), str(directory / "draft")
+
+
+def make_config(model_dirs, workdir, **fields):
+  config = base_config()
+  config.vocabulary = VOCAB
+  config.checkpoint_format = "hf"
+  config.target.preset = config.draft.preset = ""
+  config.target.hf, config.draft.hf = model_dirs
+  config.dtype = "float32"
+  config.input_length, config.max_new_tokens = 32, 8
+  config.gamma = 3
+  config.cost_repeats, config.bootstrap_samples = 2, 20
+  config.workdir = str(workdir)
+  config.update(fields)
+  return config
+
+
+def test_bucket_widths():
+  assert [bucket_width(n, 512) for n in (1, 8, 9, 100, 512)] == [8, 8, 16, 128, 512]
+  assert bucket_width(40, 48) == 48
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  ("task", "paper_row", "metric_key"),
+  [("wmt_t2t_ende", "ende/t5-small/t0", "bleu"), ("cnn_dailymail", "", "rouge1")],
+)
+def test_eval_over_tfds_mock_data(model_dirs, tmp_path, task, paper_row, metric_key):
+  config = make_config(model_dirs, tmp_path, task=task, paper_row=paper_row, name=task)
+  with tfds.testing.mock_data(num_examples=3, policy=tfds.testing.MockPolicy.USE_CODE):
+    raw = list(tfds.load(resolve(config).task.tfds_name, split="test").as_numpy_iterator())
+    report = run_eval(resolve(config), show_progress=False)
+  assert set(REPORT_FIELDS) <= set(report)
+  assert report["examples"] == 3 and report["task"] == task
+  # Greedy: speculative decoding gives the target's outputs exactly.
+  assert report["identical_outputs"] == 1.0
+  quality = report["quality"]
+  assert quality["target"][metric_key] == quality["speculative"][metric_key]
+  assert quality["difference_ci95"][metric_key]["difference"] == 0.0
+  assert 0.0 <= report["alpha"] <= 1.0 and 1.0 <= report["tokens_per_target_call"] <= 4.0
+  assert report["c"] > 0 and report["r"] > 0 and report["speedup"] > 0
+  assert report["settings"]["gamma"] == 3
+  saved = json.loads((tmp_path / "report.json").read_text())
+  assert saved["alpha"] == report["alpha"]
+  text = (tmp_path / "report.md").read_text()
+  assert ("| paper: EnDe" in text) == bool(paper_row)
+  records = [json.loads(line) for line in (tmp_path / "examples.jsonl").read_text().splitlines()]
+  source, field = {"wmt_t2t_ende": ("en", "de"), "cnn_dailymail": ("article", "highlights")}[task]
+  prefix = {"wmt_t2t_ende": "translate English to German: ", "cnn_dailymail": "summarize: "}[task]
+  assert [r["reference"] for r in records[1:]] == [row[field].decode() for row in raw]
+  assert [r["input"] for r in records[1:]] == [prefix + row[source].decode() for row in raw]
+  if paper_row:
+    assert report["paper"]["gamma"] == 7 and report["paper"]["speedup"] == 3.4
+
+
+@pytest.fixture
+def tsv_file(tmp_path):
+  path = tmp_path / "test.tsv"
+  lines = ["Open file", "Save the document", "Quit", "Could not open %s", "Print", "Undo"]
+  path.write_text("".join(f"{line}\tx\n" for line in lines))
+  return str(path)
+
+
+def outputs(workdir):
+  lines = (pathlib.Path(workdir) / "examples.jsonl").read_text().splitlines()
+  return {
+    r["index"]: (r["target_output"], r["speculative_output"]) for r in map(json.loads, lines[1:])
+  }
+
+
+@pytest.mark.slow
+def test_interrupted_eval_resumes_and_matches_an_uninterrupted_one(model_dirs, tmp_path, tsv_file):
+  fields = dict(task="gettext_ende", source="tsv", data_files=tsv_file, temperature=1.0,
+                batch_size=2)  # fmt: skip
+  whole_config = make_config(model_dirs, tmp_path / "whole", **fields)
+  whole = run_eval(resolve(whole_config), show_progress=False)
+  resumed_dir = tmp_path / "resumed"
+  pipeline = resolve(make_config(model_dirs, resumed_dir, **fields))
+  assert run_eval(pipeline, show_progress=False, stop_after=2) == {}
+  first = (resumed_dir / "examples.jsonl").read_text()
+  assert len(first.splitlines()) == 1 + 2 and not (resumed_dir / "report.json").exists()
+  report = run_eval(pipeline, show_progress=False)
+  # The finished examples were kept as written, the rest were added.
+  assert (resumed_dir / "examples.jsonl").read_text().startswith(first)
+  assert report["examples"] == whole["examples"] == 6
+  assert outputs(resumed_dir) == outputs(tmp_path / "whole")
+  assert report["alpha"] == whole["alpha"]
+  assert report["quality"]["target"] == whole["quality"]["target"]
+  # Sampling: outputs are random draws, so the two decoders agree only statistically.
+  assert "bleu" in report["quality"]["difference_ci95"]
+  assert "| whole" not in summary_table([report]) and report["name"] in summary_table([report])
+  assert "Identical outputs" in markdown(report)
+
+  # The same workdir with a setting that changes results is refused, not mixed.
+  changed = resolve(make_config(model_dirs, resumed_dir, **{**fields, "gamma": 2}))
+  with pytest.raises(StoreMismatchError, match="another configuration"):
+    run_eval(changed, show_progress=False)
+
+
+def test_store_drops_a_line_cut_short(tmp_path):
+  store = ResultStore(tmp_path / "x.jsonl", "abc")
+  store.append([{"index": 0, "v": 1}])
+  with open(tmp_path / "x.jsonl", "a") as f:
+    f.write('{"index": 1, "v"')  # killed mid-write
+  assert list(store.load()) == [0]
+  store.append([{"index": 1, "v": 2}])
+  assert store.load() == {0: {"index": 0, "v": 1}, 1: {"index": 1, "v": 2}}
+  with pytest.raises(StoreMismatchError):
+    ResultStore(tmp_path / "x.jsonl", "other").load()
+
+
+@pytest.mark.slow
+def test_eval_script_on_the_bundled_miniature(tmp_path):
+  subprocess.run(
+    [
+      sys.executable,
+      str(ROOT / "scripts" / "eval.py"),
+      f"--config={ROOT / 'configs' / 'miniature_ende.py'}",
+      "--config.max_examples=4",
+      f"--config.workdir={tmp_path}",
+      "--config.cost_repeats=2",
+      "--config.bootstrap_samples=10",
+      "--quiet",
+    ],  # fmt: skip
+    check=True,
+    cwd=ROOT,
+    capture_output=True,
+  )
+  report = json.loads((tmp_path / "report.json").read_text())
+  assert set(REPORT_FIELDS) <= set(report)
+  assert report["examples"] == 4 and report["identical_outputs"] == 1.0
+  assert report["quality"]["target"]["bleu"] > 0
+  assert report["task"] == "gettext_ende" and report["paper"] is None
