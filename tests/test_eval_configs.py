@@ -94,7 +94,7 @@ def test_local_sources_need_files():
     resolve(config)
 
 
-@pytest.mark.parametrize("name", ["ende"])
+@pytest.mark.parametrize("name", ["ende", "docstrings"])
 def test_miniature_configs_point_at_shipped_files(name):
   pipeline = resolve(load_config(ROOT / "configs" / f"miniature_{name}.py"))
   for path in (pipeline.vocabulary, *pipeline.files.values()):

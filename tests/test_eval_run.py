@@ -143,12 +143,16 @@ def test_store_drops_a_line_cut_short(tmp_path):
 
 
 @pytest.mark.slow
-def test_eval_script_on_the_bundled_miniature(tmp_path):
+@pytest.mark.parametrize(
+  ("name", "task", "metric"),
+  [("ende", "gettext_ende", "bleu"), ("docstrings", "docstrings", "rougeL")],
+)
+def test_eval_script_on_the_bundled_miniatures(tmp_path, name, task, metric):
   subprocess.run(
     [
       sys.executable,
       str(ROOT / "scripts" / "eval.py"),
-      f"--config={ROOT / 'configs' / 'miniature_ende.py'}",
+      f"--config={ROOT / 'configs' / f'miniature_{name}.py'}",
       "--config.max_examples=4",
       f"--config.workdir={tmp_path}",
       "--config.cost_repeats=2",
@@ -162,5 +166,5 @@ def test_eval_script_on_the_bundled_miniature(tmp_path):
   report = json.loads((tmp_path / "report.json").read_text())
   assert set(REPORT_FIELDS) <= set(report)
   assert report["examples"] == 4 and report["identical_outputs"] == 1.0
-  assert report["quality"]["target"]["bleu"] > 0
-  assert report["task"] == "gettext_ende" and report["paper"] is None
+  assert report["quality"]["target"][metric] > 0
+  assert report["task"] == task and report["paper"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import platform
 import time
@@ -20,6 +21,7 @@ def machine_description() -> dict:
     "device": device.device_kind,
     "device_count": jax.device_count(),
     "cpu": platform.processor() or platform.machine(),
+    "cpu_cores": os.cpu_count(),
     "jax": jax.__version__,
   }
 

@@ -1,7 +1,11 @@
-"""The bundled English->German T5 target/draft pair (trained by scripts/train_bundled.py).
+"""The bundled T5 target/draft pairs (trained by scripts/train_bundled.py).
 
-Files under `ende/`: `target/` and `draft/` (Hugging Face layout, float16 safetensors),
-`spiece.model`, `metrics.json` and `MODEL_CARD.md`.
+- `ende/`: English->German (gettext messages), the default pair of `specsample translate`;
+- `docstrings/`: Python function source -> first docstring sentence ("summarize: "), the
+  summarization half of the offline Table 2 miniature.
+
+Each holds `target/` and `draft/` (Hugging Face layout, float16 safetensors),
+`spiece.model`, its test split, `metrics.json` and `MODEL_CARD.md`.
 """
 
 from __future__ import annotations
@@ -12,24 +16,33 @@ import pathlib
 from specsample.checkpoints import Vocabulary, load_t5
 from specsample.models.t5 import T5
 
-BUNDLE_DIR = pathlib.Path(__file__).parent / "ende"
+BUNDLED_ROOT = pathlib.Path(__file__).parent
+BUNDLE_DIR = BUNDLED_ROOT / "ende"
 TASK_PREFIX = "translate English to German: "
+PAIRS = ("ende", "docstrings")
 
 
-def available() -> bool:
-  return all((BUNDLE_DIR / part).exists() for part in ("target", "draft", "spiece.model"))
+def pair_dir(name: str = "ende") -> pathlib.Path:
+  if name not in PAIRS:
+    raise ValueError(f"unknown bundled pair {name!r}; known: {PAIRS}")
+  return BUNDLE_DIR if name == "ende" else BUNDLED_ROOT / name
 
 
-def load_pair(dtype: str = "float32") -> tuple[T5, T5, Vocabulary]:
-  """(target, draft, vocabulary) of the bundled pair."""
-  if not available():
+def available(name: str = "ende") -> bool:
+  return all((pair_dir(name) / part).exists() for part in ("target", "draft", "spiece.model"))
+
+
+def load_pair(dtype: str = "float32", name: str = "ende") -> tuple[T5, T5, Vocabulary]:
+  """(target, draft, vocabulary) of a bundled pair."""
+  directory = pair_dir(name)
+  if not available(name):
     raise FileNotFoundError(
-      f"the bundled English->German pair is not in {BUNDLE_DIR}; build it with "
-      "`python scripts/train_bundled.py`"
+      f"the bundled {name} pair is not in {directory}; build it with "
+      f"`python scripts/train_bundled.py --task {name}`"
     )
-  target = load_t5(BUNDLE_DIR / "target", dtype=dtype)
-  draft = load_t5(BUNDLE_DIR / "draft", dtype=dtype)
-  return target, draft, Vocabulary(BUNDLE_DIR / "spiece.model")
+  target = load_t5(directory / "target", dtype=dtype)
+  draft = load_t5(directory / "draft", dtype=dtype)
+  return target, draft, Vocabulary(directory / "spiece.model")
 
 
 def recommended_gamma(default: int = 4) -> int:

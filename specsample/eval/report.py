@@ -129,6 +129,14 @@ def build_report(
   }
 
 
+def _machine_text(machine: dict) -> str:
+  """Where the run was: "4 x TPU v4 (tpu)" or "CPU (x86_64, 2 cores), jax 0.10.2"."""
+  if machine["platform"] == "cpu":
+    cpu, cores = machine.get("cpu") or "unknown", machine.get("cpu_cores") or "?"
+    return f"CPU ({cpu}, {cores} cores), jax {machine.get('jax')}"
+  return f"{machine['device_count']} x {machine['device']} ({machine['platform']})"
+
+
 def _quality_text(report: dict, decoder: str) -> str:
   scores = report["quality"][decoder]
   keys = ("bleu",) if "bleu" in scores else ("rouge1", "rouge2", "rougeL")
@@ -146,7 +154,7 @@ def markdown(report: dict) -> str:
     f"{report['task']} `{report['split']}`, {report['examples']} examples, gamma "
     f"{settings['gamma']}, temperature {settings['temperature']:g}, "
     f"{settings['verification']}-wise verification, batch {settings['batch_size']}, "
-    f"on {report['machine']['device']} ({report['machine']['platform']}).",
+    f"on {_machine_text(report['machine'])}.",
     "",
     "| | gamma | alpha | tokens / target call | speedup | predicted (paper / with r) |",
     "|---|---|---|---|---|---|",
@@ -200,21 +208,35 @@ def write_report(report: dict, workdir: str) -> dict[str, str]:
   return paths
 
 
+def _headline_key(report: dict) -> str:
+  return "bleu" if report["quality"]["metric"] == "bleu" else "rouge1"
+
+
 def summary_table(reports: Sequence[dict]) -> str:
-  """One line per report (e.g. the miniature's grid), the paper's numbers where they exist."""
+  """One line per report (e.g. the miniature's grid), the paper's numbers where they exist.
+
+  Quality is BLEU, or ROUGE-1 / 2 / L; the difference (speculative - target alone, with
+  its 95% paired-bootstrap interval) is of BLEU or ROUGE-1.
+  """
   lines = [
-    "| run | task | T | gamma | quality target / speculative | identical | alpha | "
-    "tokens/call | c | r | predicted (with r) | speedup | paper alpha / speedup |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    "| run | T | gamma | metric | target alone | speculative | difference (95% interval) | "
+    "identical | alpha | tokens / call | c | r(gamma+1) | predicted (with r) | speedup | "
+    "efficiency | paper alpha / speedup |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
   ]
   for rep in reports:
     s, paper = rep["settings"], rep["paper"]
+    key = _headline_key(rep)
+    diff = rep["quality"]["difference_ci95"][key]
+    metric = "BLEU" if key == "bleu" else "ROUGE-1/2/L"
     paper_text = f"{paper['alpha']:.2f} / {paper['speedup']:.1f}x" if paper else "-"
     lines.append(
-      f"| {rep['name']} | {rep['task']} | {s['temperature']:g} | {s['gamma']} | "
-      f"{_quality_text(rep, 'target')} / {_quality_text(rep, 'speculative')} | "
+      f"| {rep['name']} | {s['temperature']:g} | {s['gamma']} | {metric} | "
+      f"{_quality_text(rep, 'target')} | {_quality_text(rep, 'speculative')} | "
+      f"{diff['difference']:+.2f} ({diff['low']:+.2f}, {diff['high']:+.2f}) | "
       f"{100 * rep['identical_outputs']:.0f}% | {rep['alpha']:.3f} | "
       f"{rep['tokens_per_target_call']:.2f} | {rep['c']:.3f} | {rep['r']:.2f} | "
-      f"{rep['predicted_speedup']['with_r']:.2f}x | {rep['speedup']:.2f}x | {paper_text} |"
+      f"{rep['predicted_speedup']['with_r']:.2f}x | {rep['speedup']:.2f}x | "
+      f"{rep['efficiency']:.2f} | {paper_text} |"
     )
   return "\n".join(lines) + "\n"
