@@ -23,12 +23,6 @@ REPORT_FIELDS = (
 )  # fmt: skip
 
 
-def machine_description() -> dict:
-  from specsample.bench.run import machine_description as describe
-
-  return describe()
-
-
 def aggregate(records: Sequence[dict]) -> dict:
   """alpha, tokens per target call, speedup and totals over per-example records."""
   accepted = sum(r["accepted"] for r in records)
@@ -72,6 +66,7 @@ def build_report(
 ) -> dict:
   """The full report; c and r are measured here on `cost_prompt` (batch 1)."""
   from specsample.bench.pair import measure_costs
+  from specsample.bench.run import machine_description
 
   totals = aggregate(records)
   costs = measure_costs(target, draft, list(cost_prompt), pipeline.gamma, pipeline.cost_repeats)

@@ -62,7 +62,13 @@ class ResultStore:
       os.fsync(f.fileno())
 
   def _drop_partial_line(self) -> None:
+    """Cuts a last line left unfinished by a killed writer (checks one byte normally)."""
     with open(self.path, "rb+") as f:
-      data = f.read()
-      if data and not data.endswith(b"\n"):
-        f.truncate(data.rfind(b"\n") + 1)
+      size = f.seek(0, os.SEEK_END)
+      if size == 0:
+        return
+      f.seek(size - 1)
+      if f.read(1) == b"\n":
+        return
+      f.seek(0)
+      f.truncate(f.read().rfind(b"\n") + 1)
