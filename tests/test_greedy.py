@@ -98,3 +98,40 @@ def test_max_new_tokens_cuts_inside_a_block():
     )
     assert_same_output(spec, plain)
     assert np.asarray(spec.lengths).tolist() == [max_new_tokens] * 2
+
+
+def test_one_token_catch_up_equals_the_two_token_call_when_no_row_owes_two():
+  """The loop's lax.cond picks a 1-token catch-up when no row owes 2 tokens: it must give
+  the same logits and state as the 2-token call it replaces (a T5 model, whose logits
+  depend on the whole cache, at rows with different ends)."""
+  from specsample.decoding import speculative as spec
+  from specsample.models.t5 import T5
+  from specsample.models.t5.config import T5Config
+
+  config = T5Config(
+    vocab_size=23, d_model=16, num_heads=2, head_dim=8, mlp_dim=32,
+    num_encoder_layers=1, num_decoder_layers=2,
+  )  # fmt: skip
+  draft = T5.init_random(config, seed=0)
+  prompts = jnp.array([[3, 4, 5, 1], [6, 1, 0, 0]], jnp.int32)
+  state, start = draft.init_state(prompts, jnp.array([4, 2], jnp.int32), 12)
+  _, state = draft.extend(state, jnp.array([[start[0], 7, 8], [start[1], 9, 0]]), jnp.array([3, 2]))
+  loop_state = spec.SpeculativeLoopState(
+    target_state=None, draft_state=state, last_token=None,
+    draft_pending=jnp.array([[10, 0], [11, 0]], jnp.int32),
+    draft_num_pending=jnp.array([1, 1], jnp.int32),
+    tokens=None, lengths=None, done=None, target_nonfinite=None, draft_nonfinite=None,
+    key=None, iterations=None, row_iterations=None, accepted=None, rejected=None,
+    accepted_histogram=None, trace=None,
+  )  # fmt: skip
+  catch_up = jnp.array([1, 0], jnp.int32)  # row 1 is done: it does not advance
+  one_logits, one_state = spec._catch_up_one(draft, loop_state, catch_up)
+  two_logits, two_state = spec._catch_up_two(draft, loop_state, catch_up)
+  np.testing.assert_allclose(one_logits, two_logits, atol=1e-5)
+  np.testing.assert_array_equal(one_state.end_index, two_state.end_index)
+  np.testing.assert_array_equal(one_state.end_index, state.end_index + catch_up)
+  # The next step sees the same cache either way.
+  token = jnp.array([[12], [13]], jnp.int32)
+  after_one = draft.extend(one_state, token, jnp.array([1, 1]))[0]
+  after_two = draft.extend(two_state, token, jnp.array([1, 1]))[0]
+  np.testing.assert_allclose(after_one, after_two, atol=1e-5)

@@ -11,7 +11,8 @@ Invariants between iterations (per row):
   - the target cache holds every committed token but `last_token`;
   - the draft cache lags by one or two committed tokens, `draft_pending`: it never saw
     y, nor x_gamma when all gamma were accepted. Step 1 catches up on them with one
-    multi-token extend whose logits at the last pending token give p_1.
+    extend whose logits at the last pending token give p_1: over 2 tokens when some row
+    owes 2, over 1 token otherwise (`lax.cond`; the common case, and cheaper).
 """
 
 from __future__ import annotations
@@ -96,9 +97,9 @@ def _draft_block(
   step_keys = jax.random.split(key, settings.gamma)
   one = active.astype(jnp.int32)  # [batch]: 1 for rows that advance
   catch_up = jnp.where(active, s.draft_num_pending, 0)
-  logits, draft_state = draft.extend(s.draft_state, s.draft_pending, catch_up)  # [batch, 2, vocab]
-  last_pending = jnp.maximum(s.draft_num_pending - 1, 0)
-  first_logits = jnp.take_along_axis(logits, last_pending[:, None, None], axis=1)[:, 0]
+  first_logits, draft_state = jax.lax.cond(
+    jnp.any(catch_up == 2), _catch_up_two, _catch_up_one, draft, s, catch_up
+  )  # [batch, vocab]
   need_probs = settings.rule != "greedy"  # greedy verification compares tokens only
   token, probs = draw(step_keys[0], first_logits, settings.sampling, need_probs=need_probs)
 
@@ -116,6 +117,23 @@ def _draft_block(
     probs = jnp.concatenate([probs[:, None], jnp.moveaxis(rest_probs, 0, 1)], axis=1)
   bad = jnp.concatenate([nonfinite_logits(first_logits)[:, None], rest_bad.T], axis=1)
   return tokens, probs, draft_state, bad
+
+
+def _catch_up_two(draft, s: SpeculativeLoopState, catch_up: jax.Array):
+  """The draft catches up on its 1 or 2 pending tokens per row in one 2-token call.
+
+  Returns the logits after each row's last pending token [batch, vocab] and the state.
+  """
+  logits, draft_state = draft.extend(s.draft_state, s.draft_pending, catch_up)  # [batch, 2, vocab]
+  last_pending = jnp.maximum(s.draft_num_pending - 1, 0)
+  return jnp.take_along_axis(logits, last_pending[:, None, None], axis=1)[:, 0], draft_state
+
+
+def _catch_up_one(draft, s: SpeculativeLoopState, catch_up: jax.Array):
+  """The same when no row owes two tokens: a 1-token call, which costs less than a 2-token
+  one on CPUs (a matrix-vector product, and no second position to compute)."""
+  logits, draft_state = draft.extend(s.draft_state, s.draft_pending[:, :1], catch_up)
+  return logits[:, 0], draft_state
 
 
 def _speculative_loop(
@@ -339,10 +357,10 @@ def speculative_generate(
     rule="greedy" if sampling.is_greedy and not callable(verification) else verification,
     record_trace=bool(trace),
   )
-  key = make_key(seed)
   prompts, prompt_lengths = prepare_prompts(
     prompts, prompt_lengths, vocab_size=target.vocab_size, pad_id=target.pad_id
   )
+  key = make_key(seed)  # after every input check: a key is a first computation
   output, nonfinite = _speculative_compiled(target, draft, prompts, prompt_lengths, key, settings)
   raise_on_nonfinite(nonfinite)
   return output
