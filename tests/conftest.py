@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 
 import jax
@@ -12,13 +13,27 @@ import pytest
 # loaded into the one long pytest process, later XLA compilations crashed it (SIGSEGV /
 # SIGABRT inside backend_compile_and_load, reproducibly at the same test); so the main
 # session skips collecting them and tests/test_tensorflow_isolated.py runs them in a
-# pytest process of their own.
+# pytest process of their own. The same crash came back later without TensorFlow, and
+# its cause was then found: the process ran out of memory mappings (vm.max_map_count),
+# which compiled programs hold on CPU; `release_compiled_programs` below prevents it.
+# TensorFlow (its own compiler and thread pools) still runs apart.
 TENSORFLOW_MODULES = ("test_tasks.py", "test_eval_run.py")
 TENSORFLOW_SESSION = "SPECSAMPLE_TENSORFLOW_SESSION"
 if not os.environ.get(TENSORFLOW_SESSION):
   collect_ignore = list(TENSORFLOW_MODULES)
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def release_compiled_programs():
+  """Drops every compiled program after each test module. On CPU each program's machine
+  code holds ~1,000 memory mappings; the whole suite in one process compiles enough of
+  them to pass vm.max_map_count (65,530), and XLA then crashes the process (SIGSEGV in
+  backend_compile_and_load) at whichever test compiles next."""
+  yield
+  jax.clear_caches()
+  gc.collect()
 
 
 @pytest.fixture

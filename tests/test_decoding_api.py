@@ -193,3 +193,22 @@ def test_nan_or_inf_logits_are_reported_not_sampled(value):
 def test_minus_inf_logits_mean_never_this_token():
   out = generate(sticky_model(0, -np.inf), [[2]] * 300, max_new_tokens=1)
   assert 3 not in np.asarray(out.tokens)
+
+
+def test_clear_compiled_programs_drops_the_cached_loops():
+  """The bench drops each setting's program after it (a deep model's sweep would
+  otherwise exhaust the process's memory mappings on CPU)."""
+  from specsample.decoding import autoregressive, clear_compiled_programs, speculative
+
+  model = MarkovLM.random(0, 5)
+  speculative_generate(model, model, [[1, 2]], gamma=2, max_new_tokens=3)
+  generate(model, [[1, 2]], max_new_tokens=3)
+  assert speculative._speculative_compiled._cache_size() >= 1
+  assert autoregressive._generate_compiled._cache_size() >= 1
+  clear_compiled_programs(speculative_only=True)
+  assert speculative._speculative_compiled._cache_size() == 0
+  assert autoregressive._generate_compiled._cache_size() >= 1
+  clear_compiled_programs()
+  assert autoregressive._generate_compiled._cache_size() == 0
+  out = speculative_generate(model, model, [[1, 2]], gamma=2, max_new_tokens=3)
+  assert int(out.lengths[0]) == 3  # compiles again and still decodes

@@ -7,6 +7,7 @@ from specsample.decoding.outputs import (
   NonFiniteLogitsError,
   SpeculativeTrace,
 )
+from specsample.decoding.programs import clear_compiled_programs
 from specsample.decoding.speculative import speculative_generate
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
   "GenerationOutput",
   "NonFiniteLogitsError",
   "SpeculativeTrace",
+  "clear_compiled_programs",
   "generate",
   "speculative_generate",
 ]

@@ -132,10 +132,10 @@ def generate(
     max_new_tokens=check_positive_int("max_new_tokens", max_new_tokens),
     sampling=check_sampling(sampling),
   )
-  key = make_key(seed)
   prompts, prompt_lengths = prepare_prompts(
     prompts, prompt_lengths, vocab_size=model.vocab_size, pad_id=model.pad_id
   )
+  key = make_key(seed)  # after every input check: a key is a first computation
   output, nonfinite = _generate_compiled(model, prompts, prompt_lengths, key, settings)
   raise_on_nonfinite({"model": nonfinite})
   return output
