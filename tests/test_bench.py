@@ -118,18 +118,54 @@ def test_batch_points_and_best_gamma(report):
     assert report.model_best_gamma(t) in (1, 2, 3)
 
 
+def test_phase_breakdown_counts_the_same_work_as_the_sweep(report):
+  """One breakdown per temperature at its best gamma; it decodes the same prompts with
+  the same seed, so its iterations are the sweep point's target calls and its tokens the
+  autoregressive steps; the phases add up to the measured speculative time."""
+  assert [(p.temperature, p.gamma) for p in report.phases] == [
+    (t, report.best(t).gamma) for t in (0.0, 1.0)
+  ]
+  for phases in report.phases:
+    best = report.best(phases.temperature)
+    assert phases.iterations == best.target_calls
+    sampling = SamplingConfig(temperature=phases.temperature)
+    target, _ = toy_pair()
+    steps = sum(
+      int(generate(target, [p], max_new_tokens=8, sampling=sampling).stats.target_calls)
+      for p in PROMPTS
+    )
+    assert phases.tokens == steps
+    per_iteration = (
+      phases.draft_per_iteration + phases.verify_per_iteration + phases.bookkeeping_per_iteration
+    )
+    assert per_iteration * phases.iterations + phases.prefill_seconds == pytest.approx(
+      phases.speculative_seconds
+    )
+    assert phases.step_per_token * phases.tokens + phases.target_prefill_seconds == pytest.approx(
+      phases.autoregressive_calls_seconds
+    )
+    assert min(phases.prefill_seconds, phases.model_calls_seconds) > 0
+
+
 def test_report_files(report, tmp_path):
   path = tmp_path / "report.json"
   output.write_json(report, path, title="toy")
   data = json.loads(path.read_text())
-  for key in ("costs", "analytic_alpha", "sweep", "batch", "best", "settings"):
+  for key in ("costs", "analytic_alpha", "sweep", "batch", "best", "settings", "phases"):
     assert key in data
+  assert data["phases"][0]["draft_per_iteration"] == pytest.approx(
+    report.phases[0].draft_per_iteration
+  )
   point = data["sweep"][0]
   for key in ("speedup", "efficiency", "predicted_paper", "predicted_with_r", "alpha"):
     assert key in point
   assert data["costs"]["r"]["1"] == pytest.approx(report.costs.r(1))
   text = output.markdown(report, title="toy")
   assert text.count("\n| 0 | token |") == 3 and "c = " in text
+  phase_rows = text.split("Where the time goes")[1].strip().splitlines()[4:]
+  assert [row.split(" | ")[:2] for row in phase_rows] == [
+    ["| 0", str(report.best(0.0).gamma)], ["| 1", str(report.best(1.0).gamma)]
+  ]  # fmt: skip
   written = output.plot(report, tmp_path, title="toy")
   assert sorted(p.rsplit("/", 1)[-1] for p in written) == [
     "acceptance_histogram.png", "batch_scaling.png", "speedup_vs_gamma.png"
@@ -151,3 +187,15 @@ def test_report_files(report, tmp_path):
 def test_bad_settings(kwargs):
   with pytest.raises(ValueError):
     BenchSettings(**kwargs)
+
+
+def test_phase_breakdown_rejects_batches_and_empty_input():
+  from specsample.bench.phases import phase_breakdown
+
+  target, draft = toy_pair()
+  array, lengths = pair.pad_to_width(PROMPTS, 3)
+  greedy = SamplingConfig(temperature=0.0)
+  with pytest.raises(ValueError, match="batch-1 rows"):
+    phase_breakdown(target, draft, [(array, lengths)], gamma=2, sampling=greedy, max_new_tokens=4)
+  with pytest.raises(ValueError, match="at least one prompt"):
+    phase_breakdown(target, draft, [], gamma=2, sampling=greedy, max_new_tokens=4)

@@ -26,10 +26,10 @@ def pair():
 def synthetic_costs(monkeypatch, target, target_seconds: dict[int, float], draft_seconds: float):
   """Replaces the timing with a fixed cost table: t_target(k) and t_draft(1)."""
 
-  def fake(model, prompts, k, **kwargs):
-    return target_seconds[k] if model is target else draft_seconds
+  def fake(steps, prompts, **kwargs):
+    return [target_seconds[k] if model is target else draft_seconds for model, k in steps]
 
-  monkeypatch.setattr(tuning, "step_seconds", fake)
+  monkeypatch.setattr(tuning, "interleaved_step_seconds", fake)
 
 
 @pytest.mark.parametrize(
@@ -98,3 +98,26 @@ def test_bad_gamma_values():
   for text in ("0", "x", "-2"):
     with pytest.raises(argparse.ArgumentTypeError):
       _gamma_value(text)
+
+
+def test_interleaved_step_timing_times_every_step_once_per_round(monkeypatch):
+  """Rounds go through all steps in turn (a slow spell hits every k alike), the first
+  (compiling) run of each is not timed, and each median is per extend call."""
+  target, draft = pair()
+  order = []
+  clock = [0.0]
+  durations = {(id(target), 1): 1.0, (id(target), 3): 2.0, (id(draft), 1): 0.5}
+
+  def fake_calls(model, state, tokens, calls):
+    order.append((id(model), tokens.shape[1]))
+    clock[0] += durations[id(model), tokens.shape[1]] * (100 if len(order) <= 3 else 1)
+    return tokens
+
+  monkeypatch.setattr(tuning, "_extend_calls", fake_calls)
+  monkeypatch.setattr(tuning.time, "perf_counter", lambda: clock[0])
+  prompts = jnp.array([[1, 2]], jnp.int32)
+  steps = [(target, 1), (target, 3), (draft, 1)]
+  seconds = tuning.interleaved_step_seconds(steps, prompts, repeats=4, calls=10)
+  assert seconds == pytest.approx([0.1, 0.2, 0.05])
+  keys = [(id(m), k) for m, k in steps]
+  assert order == keys * 5  # one untimed round, then 4 interleaved rounds

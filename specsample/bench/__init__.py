@@ -1,8 +1,9 @@
 """Measuring specsample: timing that excludes compilation, and exactness checks."""
 
-from specsample.bench.costs import cost_ratio, step_seconds, verify_cost_ratios
+from specsample.bench.costs import cost_ratio, verify_cost_ratios
 from specsample.bench.exactness import SequenceFit, sequence_fit
 from specsample.bench.timing import Timing, time_call
+from specsample.decoding.tuning import step_seconds
 
 __all__ = [
   "SequenceFit",

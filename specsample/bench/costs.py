@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import jax
 
-from specsample.decoding.tuning import step_seconds
+from specsample.decoding.tuning import interleaved_step_seconds
 
 
 def verify_cost_ratios(
   target, prompts: jax.Array, gammas, *, repeats: int = 20
 ) -> dict[int, float]:
   """{gamma: r(gamma + 1) = t(gamma + 1) / t(1)} for the target, measured side by side."""
-  one = step_seconds(target, prompts, 1, repeats=repeats)
-  return {g: step_seconds(target, prompts, g + 1, repeats=repeats) / one for g in gammas}
+  gammas = list(gammas)
+  one, *verify = interleaved_step_seconds(
+    [(target, 1), *((target, g + 1) for g in gammas)], prompts, repeats=repeats
+  )
+  return {g: seconds / one for g, seconds in zip(gammas, verify, strict=True)}
 
 
 def cost_ratio(draft, target, prompts: jax.Array, *, repeats: int = 20) -> float:
   """c: one draft step over one target step, measured side by side."""
-  return step_seconds(draft, prompts, 1, repeats=repeats) / step_seconds(
-    target, prompts, 1, repeats=repeats
+  draft_one, target_one = interleaved_step_seconds(
+    [(draft, 1), (target, 1)], prompts, repeats=repeats
   )
+  return draft_one / target_one

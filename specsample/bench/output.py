@@ -37,6 +37,16 @@ def report_dict(report: PairReport, **context) -> dict:
       for p in report.sweep
     ],
     "batch": [{**dataclasses.asdict(b), "speedup": b.speedup} for b in report.batch],
+    "phases": [
+      {
+        **dataclasses.asdict(p),
+        **{name: getattr(p, name) for name in PHASE_FIELDS},
+        "model_draft_per_iteration": p.gamma * costs.draft_seconds,
+        "model_verify_per_iteration": costs.target_seconds.get(p.gamma + 1),
+        "model_step_per_token": costs.target_seconds[1],
+      }
+      for p in report.phases
+    ],
     "best": {
       f"{t:g}": {
         "measured_gamma": report.best(t).gamma,
@@ -46,6 +56,17 @@ def report_dict(report: PairReport, **context) -> dict:
       for t in report.settings.temperatures
     },
   }
+
+
+PHASE_FIELDS = (
+  "draft_per_iteration",
+  "verify_per_iteration",
+  "bookkeeping_per_iteration",
+  "step_per_token",
+  "autoregressive_bookkeeping_per_token",
+  "speedup",
+  "speedup_without_prefill",
+)
 
 
 def write_json(report: PairReport, path: str | pathlib.Path, **context) -> None:
@@ -98,7 +119,37 @@ def markdown(report: PairReport, *, title: str = "Benchmark") -> str:
         f"{b.autoregressive_seconds:.3f} | {b.speedup:.2f}x | "
         f"{b.new_tokens / b.speculative_seconds:.0f} |"
       )
+  if report.phases:
+    lines += ["", *phase_table(report)]
   return "\n".join(lines) + "\n"
+
+
+def phase_table(report: PairReport) -> list[str]:
+  """Where the time goes at each temperature's best gamma: measured in the loops against
+  what the cost model charges (milliseconds)."""
+  costs = report.costs
+  lines = [
+    "Where the time goes (batch 1, measured best gamma; ms; the cost model's charge in "
+    "brackets; `bench.phases`):",
+    "",
+    "| T | gamma | draft phase / iteration | verify / iteration | bookkeeping / iteration "
+    "| plain step / token | plain bookkeeping / token | prefill / prompt "
+    "| S | S without prefill |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+  ]
+  for p in report.phases:
+    verify_model = costs.target_seconds.get(p.gamma + 1)
+    verify_model = f" ({1e3 * verify_model:.2f})" if verify_model else ""
+    lines.append(
+      f"| {p.temperature:g} | {p.gamma} | {1e3 * p.draft_per_iteration:.2f} "
+      f"({1e3 * p.gamma * costs.draft_seconds:.2f}) | {1e3 * p.verify_per_iteration:.2f}"
+      f"{verify_model} | {1e3 * p.bookkeeping_per_iteration:.2f} (0) | "
+      f"{1e3 * p.step_per_token:.2f} ({1e3 * costs.target_seconds[1]:.2f}) | "
+      f"{1e3 * p.autoregressive_bookkeeping_per_token:.2f} (0) | "
+      f"{1e3 * p.prefill_seconds / report.num_prompts:.2f} | {p.speedup:.2f}x | "
+      f"{p.speedup_without_prefill:.2f}x |"
+    )
+  return lines
 
 
 def plot(report: PairReport, directory: str | pathlib.Path, *, title: str = "") -> list[str]:

@@ -17,11 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specsample.bench.phases import PhaseBreakdown, phase_breakdown
 from specsample.core import SamplingConfig, best_gamma, theoretical_speedup
 from specsample.core.sampling import logits_to_probs
 from specsample.core.speedup import expected_tokens_per_iteration
-from specsample.decoding import generate, speculative_generate
-from specsample.decoding.tuning import median_seconds, step_seconds
+from specsample.decoding import clear_compiled_programs, generate, speculative_generate
+from specsample.decoding.tuning import interleaved_step_seconds, median_seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +98,8 @@ class SweepPoint:
   @property
   def overhead_fraction(self) -> float:
     """Share of an iteration's time not explained by the model calls of the cost model
-    (loop bookkeeping, sampling, the draft's catch-up on two tokens)."""
+    (loop bookkeeping, sampling, the draft's catch-up call when it covers two tokens, and
+    the draft's weights reloaded after each target pass; `bench.phases` splits it up)."""
     return 1.0 - self.model_seconds_per_iteration / self.seconds_per_iteration
 
 
@@ -124,6 +126,7 @@ class PairReport:
   autoregressive_seconds: dict[float, float]  # temperature -> batch-1 total
   sweep: list[SweepPoint]
   batch: list[BatchPoint]
+  phases: list[PhaseBreakdown] = dataclasses.field(default_factory=list)  # best gamma per T
 
   def best(self, temperature: float, rule: str = "token") -> SweepPoint:
     """The measured fastest sweep point for a temperature and rule."""
@@ -186,17 +189,16 @@ def _overlap(target, draft, prompts, prompt_lengths, sequences, *, sampling):
 
 
 def measure_costs(target, draft, prompt: Sequence[int], max_gamma: int, repeats: int) -> StepCosts:
-  """t_target(k), k = 1..max_gamma + 1, and t_draft(1) at batch 1 after `prompt`."""
+  """t_target(k), k = 1..max_gamma + 1, and t_draft(1) at batch 1 after `prompt`, timed
+  side by side (interleaved rounds)."""
   array, lengths = pad_to_width([prompt], len(prompt))
   array, lengths = jnp.asarray(array), jnp.asarray(lengths)
 
-  def seconds(model, k):
-    return step_seconds(model, array, k, prompt_lengths=lengths, repeats=repeats)
-
-  return StepCosts(
-    target_seconds={k: seconds(target, k) for k in range(1, max_gamma + 2)},
-    draft_seconds=seconds(draft, 1),
+  ks = range(1, max_gamma + 2)
+  *verify, draft_one = interleaved_step_seconds(
+    [*((target, k) for k in ks), (draft, 1)], array, prompt_lengths=lengths, repeats=repeats
   )
+  return StepCosts(target_seconds=dict(zip(ks, verify, strict=True)), draft_seconds=draft_one)
 
 
 def bench_pair(
@@ -260,6 +262,10 @@ def bench_pair(
             timed_total,
           )
         )  # fmt: skip
+        # One program per setting, never run again: release its memory mappings (a long
+        # sweep of a deep model would otherwise exhaust vm.max_map_count on CPU).
+        clear_compiled_programs(speculative_only=True)
+    clear_compiled_programs()
 
   report = PairReport(
     settings=settings,
@@ -270,20 +276,34 @@ def bench_pair(
     sweep=sweep,
     batch=[],
   )
-  batch = []
+  batch, phases = [], []
   for temperature in settings.temperatures:
     gamma = report.best(temperature).gamma
+    tick(f"phases, gamma {gamma}, temperature {temperature:g}")
+    phases.append(
+      phase_breakdown(
+        target,
+        draft,
+        rows,
+        gamma=gamma,
+        sampling=SamplingConfig(temperature=temperature),
+        max_new_tokens=settings.max_new_tokens,
+        repeats=settings.repeats,
+        seed=settings.seed,
+      )
+    )
     for size in settings.batch_sizes:
       tick(f"batch {size}, gamma {gamma}, temperature {temperature:g}")
       batch.append(_batch_point(target, draft, prompts, size, gamma, temperature, settings))
-  return dataclasses.replace(report, batch=batch)
+      clear_compiled_programs()
+  return dataclasses.replace(report, batch=batch, phases=phases)
 
 
 def bench_steps(settings: BenchSettings) -> int:
   """How many times bench_pair calls `progress` (the length of a progress bar)."""
   temperatures = len(settings.temperatures)
   sweep = len(settings.rules) * len(settings.gammas)
-  return 1 + temperatures * (1 + sweep) + temperatures * len(settings.batch_sizes)
+  return 1 + temperatures * (1 + sweep) + temperatures * (1 + len(settings.batch_sizes))
 
 
 def _sweep_point(

@@ -14,6 +14,8 @@ import dataclasses
 import functools
 import statistics
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -73,13 +75,49 @@ def step_seconds(
   prompts: int[batch, prompt_length], right-padded; prompt_lengths int[batch] (default:
   the count of non-zero tokens per row, for models whose padding id is 0).
   """
+  return interleaved_step_seconds(
+    [(model, k)],
+    prompts,
+    prompt_lengths=prompt_lengths,
+    cache_length=cache_length,
+    repeats=repeats,
+    calls=calls,
+  )[0]
+
+
+def interleaved_step_seconds(
+  steps: Sequence[tuple[Any, int]],
+  prompts: jax.Array,
+  *,
+  prompt_lengths: jax.Array | None = None,
+  cache_length: int = 64,
+  repeats: int = 20,
+  calls: int = 10,
+) -> list[float]:
+  """`step_seconds` of several (model, k) steps, measured side by side: each is compiled
+  and run once untimed, then `repeats` rounds time every step once in turn, so that a slow
+  spell of a shared machine lands on all of them alike instead of on one k. Returns the
+  medians in the order of `steps`."""
   if prompt_lengths is None:
     prompt_lengths = jnp.maximum(jnp.sum(prompts > 0, axis=1), 1)
   lengths = jnp.asarray(prompt_lengths, jnp.int32)
-  state = _init(model, prompts, lengths, max(cache_length, k + 2))
-  tokens = jnp.zeros((prompts.shape[0], k), jnp.int32)
-  run = lambda: _extend_calls(model, state, tokens, calls)  # noqa: E731
-  return median_seconds(run, repeats=repeats) / calls
+  length = max(cache_length, max(k for _, k in steps) + 2)
+  states = {}  # id(model) -> its prefilled state
+  runs = []
+  for model, k in steps:
+    if id(model) not in states:
+      states[id(model)] = _init(model, prompts, lengths, length)
+    tokens = jnp.zeros((prompts.shape[0], k), jnp.int32)
+    runs.append(functools.partial(_extend_calls, model, states[id(model)], tokens, calls))
+  for run in runs:
+    jax.block_until_ready(run())  # compiles
+  times = [[] for _ in runs]
+  for _ in range(repeats):
+    for run, timed in zip(runs, times, strict=True):
+      start = time.perf_counter()
+      jax.block_until_ready(run())
+      timed.append(time.perf_counter() - start)
+  return [statistics.median(timed) / calls for timed in times]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,12 +170,15 @@ def tune_gamma(
   if alpha != alpha:  # NaN: nothing was verified (every row ended at once)
     alpha = 0.0
 
-  def seconds(model, k: int) -> float:
-    return step_seconds(model, padded, k, prompt_lengths=lengths, repeats=repeats)
-
-  one = seconds(target, 1)
-  c = seconds(draft, 1) / one
-  r = {g: seconds(target, g + 1) / one for g in range(1, max_gamma + 1)}
+  gammas = range(1, max_gamma + 1)
+  one, draft_one, *verify = interleaved_step_seconds(
+    [(target, 1), (draft, 1), *((target, g + 1) for g in gammas)],
+    padded,
+    prompt_lengths=lengths,
+    repeats=repeats,
+  )
+  c = draft_one / one
+  r = {g: seconds / one for g, seconds in zip(gammas, verify, strict=True)}
   predicted = {g: theoretical_speedup(alpha, g, c, r[g]) for g in r}
   return GammaChoice(
     gamma=best_gamma(alpha, c, r, max_gamma=max_gamma),

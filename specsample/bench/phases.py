@@ -1,0 +1,267 @@
+"""Where a speculative iteration's time goes: draft phase, verify phase, bookkeeping.
+
+The speedup model charges an iteration gamma * t_draft(1) + t_target(gamma + 1) and a
+plain step t_target(1), with each step timed alone. `phase_breakdown` measures what the
+decoding loops really pay, side by side in one run on the same prompts (batch 1, each
+prompt alone, compilation excluded, repeats interleaved, medians):
+
+  speculative      speculative_generate, end to end;
+  model calls      a compiled loop making only the speculative loop's model calls, with
+                   the same shapes, the same number of iterations and both prefills (the
+                   draft's catch-up, over 2 tokens as often as the loop needed it, and
+                   gamma - 1 single steps, the target's (gamma + 1)-token call, two
+                   rewinds): tokens are chained by argmax;
+  target calls     the same loop without the draft's calls;
+  prefill          both models' `init_state` alone (encoders, cross-attention keys);
+  autoregressive   generate, end to end, and its model calls alone.
+
+Differences give the per-iteration cost of each phase:
+  draft phase  = (model calls - target calls - draft prefill) / iterations
+  verify phase = (target calls - target prefill) / iterations
+  bookkeeping  = (speculative - model calls) / iterations  (sampling, verification,
+                 commits, statistics, the while loop)
+and the prefill is a per-prompt cost that the per-iteration model leaves out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+import time
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specsample.core import SamplingConfig
+from specsample.decoding import clear_compiled_programs, generate, speculative_generate
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseBreakdown:
+  """Seconds summed over the prompts (batch 1, medians per prompt)."""
+
+  gamma: int
+  temperature: float
+  rule: str
+  iterations: int  # speculative iterations (target calls), all prompts
+  tokens: int  # autoregressive steps, all prompts
+  speculative_seconds: float
+  model_calls_seconds: float  # the speculative loop's model calls only (with prefills)
+  target_calls_seconds: float  # the same without the draft's calls
+  prefill_seconds: float  # both models' init_state
+  target_prefill_seconds: float  # the target's init_state alone
+  autoregressive_seconds: float
+  autoregressive_calls_seconds: float  # generate's model calls only (with the prefill)
+
+  @property
+  def draft_per_iteration(self) -> float:
+    draft_prefill = self.prefill_seconds - self.target_prefill_seconds
+    return (self.model_calls_seconds - self.target_calls_seconds - draft_prefill) / self.iterations
+
+  @property
+  def verify_per_iteration(self) -> float:
+    return (self.target_calls_seconds - self.target_prefill_seconds) / self.iterations
+
+  @property
+  def bookkeeping_per_iteration(self) -> float:
+    return (self.speculative_seconds - self.model_calls_seconds) / self.iterations
+
+  @property
+  def step_per_token(self) -> float:
+    """The autoregressive loop's target call per token."""
+    return (self.autoregressive_calls_seconds - self.target_prefill_seconds) / self.tokens
+
+  @property
+  def autoregressive_bookkeeping_per_token(self) -> float:
+    return (self.autoregressive_seconds - self.autoregressive_calls_seconds) / self.tokens
+
+  @property
+  def speedup(self) -> float:
+    return self.autoregressive_seconds / self.speculative_seconds
+
+  @property
+  def speedup_without_prefill(self) -> float:
+    """The per-iteration speedup the paper's formula describes: prefills taken out."""
+    return (self.autoregressive_seconds - self.target_prefill_seconds) / (
+      self.speculative_seconds - self.prefill_seconds
+    )
+
+
+def phase_breakdown(
+  target,
+  draft,
+  rows: Sequence[tuple[np.ndarray, np.ndarray]],
+  *,
+  gamma: int,
+  sampling: SamplingConfig,
+  rule: str = "token",
+  max_new_tokens: int,
+  repeats: int = 5,
+  seed: int = 0,
+) -> PhaseBreakdown:
+  """Times the phases of speculative and plain decoding on `rows` (batch-1 prompts:
+  (int32[1, width], int32[1]) pairs, all of one width so that one program serves all)."""
+  if not rows:
+    raise ValueError("phase_breakdown needs at least one prompt")
+  if repeats < 1:
+    raise ValueError(f"repeats must be >= 1, got {repeats}")
+  common = dict(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
+  positions = max_new_tokens + gamma + 1  # the cache length speculative_generate allocates
+  totals = dict.fromkeys(
+    ("spec", "calls", "target_calls", "prefill", "target_prefill", "ar", "ar_calls"), 0.0
+  )
+  iterations = tokens = 0
+  for array, length in rows:
+    array, length = jnp.asarray(array, jnp.int32), jnp.asarray(length, jnp.int32)
+    if array.ndim != 2 or array.shape[0] != 1 or length.shape != (1,):
+      raise ValueError(
+        f"phase_breakdown takes batch-1 rows (int32[1, width], int32[1]), got shapes "
+        f"{array.shape} and {length.shape}"
+      )
+    spec_out = speculative_generate(
+      target, draft, array, prompt_lengths=length, gamma=gamma, verification=rule, **common
+    )
+    ar_out = generate(target, array, prompt_lengths=length, **common)
+    n_iter = jnp.asarray(spec_out.stats.target_calls, jnp.int32)
+    # Each block accepted whole makes the next iteration's catch-up a 2-token call.
+    n_two = jnp.minimum(jnp.asarray(spec_out.stats.accepted_histogram[gamma]), n_iter - 1)
+    n_steps = jnp.asarray(ar_out.stats.target_calls, jnp.int32)
+    iterations += int(n_iter)
+    tokens += int(n_steps)
+    calls = {
+      "spec": lambda a=array, n=length: (
+        speculative_generate(
+          target, draft, a, prompt_lengths=n, gamma=gamma, verification=rule, **common
+        ).tokens
+      ),
+      "calls": lambda a=array, n=length, i=n_iter, t=n_two: _speculative_calls(
+        target, draft, a, n, i, t, gamma=gamma, positions=positions, with_draft=True
+      ),
+      "target_calls": lambda a=array, n=length, i=n_iter, t=n_two: _speculative_calls(
+        target, draft, a, n, i, t, gamma=gamma, positions=positions, with_draft=False
+      ),
+      "prefill": lambda a=array, n=length: _prefill(target, draft, a, n, positions=positions),
+      "target_prefill": lambda a=array, n=length: _prefill(
+        target, None, a, n, positions=max_new_tokens
+      ),
+      "ar": lambda a=array, n=length: generate(target, a, prompt_lengths=n, **common).tokens,
+      "ar_calls": lambda a=array, n=length, s=n_steps: _autoregressive_calls(
+        target, a, n, s, positions=max_new_tokens
+      ),
+    }
+    for seconds_per_call, name in zip(_interleaved_medians(calls, repeats), calls, strict=True):
+      totals[name] += seconds_per_call
+  # These programs will not run again: release their memory (see decoding.programs).
+  for program in (_prefill, _speculative_calls, _autoregressive_calls):
+    program.clear_cache()
+  clear_compiled_programs()
+  return PhaseBreakdown(
+    gamma=gamma,
+    temperature=sampling.temperature,
+    rule=rule,
+    iterations=max(1, iterations),
+    tokens=max(1, tokens),
+    speculative_seconds=totals["spec"],
+    model_calls_seconds=totals["calls"],
+    target_calls_seconds=totals["target_calls"],
+    prefill_seconds=totals["prefill"],
+    target_prefill_seconds=totals["target_prefill"],
+    autoregressive_seconds=totals["ar"],
+    autoregressive_calls_seconds=totals["ar_calls"],
+  )
+
+
+def _interleaved_medians(calls: dict, repeats: int) -> list[float]:
+  """Each call compiled and run once untimed, then `repeats` rounds that time every call
+  once in turn (so that a slow spell of a shared machine hits all of them alike)."""
+  for fn in calls.values():
+    jax.block_until_ready(fn())
+  runs = [[] for _ in calls]
+  for _ in range(repeats):
+    for fn, times in zip(calls.values(), runs, strict=True):
+      start = time.perf_counter()
+      jax.block_until_ready(fn())
+      times.append(time.perf_counter() - start)
+  return [statistics.median(times) for times in runs]
+
+
+def _argmax(logits: jax.Array) -> jax.Array:
+  """[batch, vocab] -> int32[batch]: chains the next call on every logit of this one."""
+  return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("positions",))
+def _prefill(target, draft, prompts, lengths, *, positions: int):
+  states = [target.init_state(prompts, lengths, positions)]
+  if draft is not None:
+    states.append(draft.init_state(prompts, lengths, positions))
+  return states
+
+
+@functools.partial(jax.jit, static_argnames=("gamma", "positions", "with_draft"))
+def _speculative_calls(
+  target,
+  draft,
+  prompts,
+  lengths,
+  iterations,
+  two_token_catch_ups,
+  *,
+  gamma: int,
+  positions: int,
+  with_draft: bool,
+):
+  """The speculative loop's model calls, `iterations` times, and nothing else: the draft
+  catches up over 2 tokens in the first `two_token_catch_ups` iterations (as often as the
+  real loop did, after blocks accepted whole), over 1 token in the others."""
+  target_state, last = target.init_state(prompts, lengths, positions)
+  draft_state = draft.init_state(prompts, lengths, positions)[0] if with_draft else None
+  one = jnp.ones((prompts.shape[0],), jnp.int32)
+
+  def iteration(i, carry):
+    target_state, draft_state, token = carry
+    drafted = [token] * gamma
+    if with_draft:
+      draft_end = draft_state.end_index
+
+      def catch_up_two(state):
+        logits, state = draft.extend(state, jnp.stack([token, token], 1), 2 * one)
+        return logits[:, 1], state  # [batch, 2, vocab] -> after the second token
+
+      def catch_up_one(state):
+        logits, state = draft.extend(state, token[:, None], one)
+        return logits[:, 0], state
+
+      logits, draft_state = jax.lax.cond(
+        i < two_token_catch_ups, catch_up_two, catch_up_one, draft_state
+      )
+      drafted = [_argmax(logits)]
+      for _ in range(gamma - 1):
+        logits, draft_state = draft.extend(draft_state, drafted[-1][:, None], one)
+        drafted.append(_argmax(logits[:, 0]))
+      draft_state = draft.rewind(draft_state, draft_end + 1)
+    target_end = target_state.end_index
+    block = jnp.stack([token, *drafted], axis=1)  # [batch, gamma + 1]
+    logits, target_state = target.extend(target_state, block, (gamma + 1) * one)
+    target_state = target.rewind(target_state, target_end + 1)
+    return target_state, draft_state, _argmax(logits[:, -1])
+
+  carry = (target_state, draft_state, last)
+  return jax.lax.fori_loop(0, iterations, iteration, carry)[2]
+
+
+@functools.partial(jax.jit, static_argnames=("positions",))
+def _autoregressive_calls(target, prompts, lengths, steps, *, positions: int):
+  """Plain decoding's model calls, `steps` times, and nothing else."""
+  state, token = target.init_state(prompts, lengths, positions)
+  one = jnp.ones((prompts.shape[0],), jnp.int32)
+
+  def step(_, carry):
+    state, token = carry
+    logits, state = target.extend(state, token[:, None], one)
+    return state, _argmax(logits[:, 0])
+
+  return jax.lax.fori_loop(0, steps, step, (state, token))[1]
