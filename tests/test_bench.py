@@ -199,3 +199,23 @@ def test_phase_breakdown_rejects_batches_and_empty_input():
     phase_breakdown(target, draft, [(array, lengths)], gamma=2, sampling=greedy, max_new_tokens=4)
   with pytest.raises(ValueError, match="at least one prompt"):
     phase_breakdown(target, draft, [], gamma=2, sampling=greedy, max_new_tokens=4)
+
+
+def test_interleaved_medians_time_every_call_once_per_round(monkeypatch):
+  """Sweep points time the speculative decode and its autoregressive baseline in the
+  same rounds: the first (compiling) run of each is untimed, then they alternate."""
+  clock = FakeClock()
+  log = []
+
+  def call(name, seconds):
+    def run():
+      log.append(name)
+      clock.now += seconds * (100 if log.count(name) == 1 else 1)
+      return 0
+
+    return run
+
+  monkeypatch.setattr(tuning.time, "perf_counter", clock.perf_counter)
+  medians = tuning.interleaved_medians([call("spec", 2.0), call("ar", 3.0)], repeats=3)
+  assert medians == [2.0, 3.0]
+  assert log == ["spec", "ar"] * 4

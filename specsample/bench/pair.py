@@ -22,7 +22,11 @@ from specsample.core import SamplingConfig, best_gamma, theoretical_speedup
 from specsample.core.sampling import logits_to_probs
 from specsample.core.speedup import expected_tokens_per_iteration
 from specsample.decoding import clear_compiled_programs, generate, speculative_generate
-from specsample.decoding.tuning import interleaved_step_seconds, median_seconds
+from specsample.decoding.tuning import (
+  interleaved_medians,
+  interleaved_step_seconds,
+  median_seconds,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,14 +229,20 @@ def bench_pair(
   tick("step costs")
   costs = measure_costs(target, draft, prompts[0], max(settings.gammas), settings.cost_repeats)
 
-  def timed_total(decode) -> tuple[float, list]:
-    """Sum over prompts (batch 1) of the median seconds of decode(prompt row)."""
-    total, outputs = 0.0, []
+  def timed_total(decode, baseline=None) -> tuple[float, list, float]:
+    """Sum over prompts (batch 1) of the median seconds of decode(prompt row), and of
+    baseline(prompt row) timed in the same interleaved rounds (0.0 without one), so that
+    the machine's slow and fast spells fall on both alike."""
+    total, outputs, baseline_total = 0.0, [], 0.0
     for array, length in rows:
-      median = median_seconds(lambda a=array, n=length: decode(a, n), repeats=settings.repeats)
-      total += median
+      calls = [lambda a=array, n=length: decode(a, n)]
+      if baseline is not None:
+        calls.append(lambda a=array, n=length: baseline(a, n))
+      medians = interleaved_medians(calls, repeats=settings.repeats)
+      total += medians[0]
+      baseline_total += medians[-1] if baseline is not None else 0.0
       outputs.append(decode(array, length))
-    return total, outputs
+    return total, outputs, baseline_total
 
   ar_seconds, alphas, sweep = {}, {}, []
   for temperature in settings.temperatures:
@@ -249,7 +259,7 @@ def bench_pair(
         seed=settings.seed,
       )
 
-    ar_seconds[temperature], outputs = timed_total(plain)
+    ar_seconds[temperature], outputs, _ = timed_total(plain)
     sequences = np.concatenate([np.asarray(o.tokens) for o in outputs])
     out_lengths = np.concatenate([np.asarray(o.lengths) for o in outputs])
     alphas[temperature] = analytic_alpha(target, draft, prompts, sequences, out_lengths, sampling)
@@ -258,8 +268,7 @@ def bench_pair(
         tick(f"gamma {gamma}, {rule}, temperature {temperature:g}")
         sweep.append(
           _sweep_point(
-            target, draft, gamma, rule, sampling, settings, costs, ar_seconds[temperature],
-            timed_total,
+            target, draft, gamma, rule, sampling, settings, costs, plain, timed_total,
           )
         )  # fmt: skip
         # One program per setting, never run again: release its memory mappings (a long
@@ -307,7 +316,7 @@ def bench_steps(settings: BenchSettings) -> int:
 
 
 def _sweep_point(
-  target, draft, gamma, rule, sampling, settings, costs, ar_seconds, timed_total
+  target, draft, gamma, rule, sampling, settings, costs, plain, timed_total
 ) -> SweepPoint:
   def speculative(array, length):
     return speculative_generate(
@@ -322,7 +331,7 @@ def _sweep_point(
       seed=settings.seed,
     )
 
-  seconds, outputs = timed_total(speculative)
+  seconds, outputs, ar_seconds = timed_total(speculative, baseline=plain)
   accepted = sum(int(np.sum(o.stats.accepted)) for o in outputs)
   rejected = sum(int(np.sum(o.stats.rejected)) for o in outputs)
   iterations = sum(int(np.sum(o.stats.iterations)) for o in outputs)

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import statistics
-import time
 from collections.abc import Sequence
 
 import jax
@@ -37,6 +35,7 @@ import numpy as np
 
 from specsample.core import SamplingConfig
 from specsample.decoding import clear_compiled_programs, generate, speculative_generate
+from specsample.decoding.tuning import interleaved_medians
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +151,9 @@ def phase_breakdown(
         target, a, n, s, positions=max_new_tokens
       ),
     }
-    for seconds_per_call, name in zip(_interleaved_medians(calls, repeats), calls, strict=True):
+    for seconds_per_call, name in zip(
+      interleaved_medians(list(calls.values()), repeats=repeats), calls, strict=True
+    ):
       totals[name] += seconds_per_call
   # These programs will not run again: release their memory (see decoding.programs).
   for program in (_prefill, _speculative_calls, _autoregressive_calls):
@@ -172,20 +173,6 @@ def phase_breakdown(
     autoregressive_seconds=totals["ar"],
     autoregressive_calls_seconds=totals["ar_calls"],
   )
-
-
-def _interleaved_medians(calls: dict, repeats: int) -> list[float]:
-  """Each call compiled and run once untimed, then `repeats` rounds that time every call
-  once in turn (so that a slow spell of a shared machine hits all of them alike)."""
-  for fn in calls.values():
-    jax.block_until_ready(fn())
-  runs = [[] for _ in calls]
-  for _ in range(repeats):
-    for fn, times in zip(calls.values(), runs, strict=True):
-      start = time.perf_counter()
-      jax.block_until_ready(fn())
-      times.append(time.perf_counter() - start)
-  return [statistics.median(times) for times in runs]
 
 
 def _argmax(logits: jax.Array) -> jax.Array:

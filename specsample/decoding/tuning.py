@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -58,6 +58,21 @@ def median_seconds(fn, *, repeats: int) -> float:
   return statistics.median(runs)
 
 
+def interleaved_medians(calls: Sequence[Callable[[], Any]], *, repeats: int) -> list[float]:
+  """Median wall time of each call, measured side by side: each runs once untimed (it
+  compiles), then `repeats` rounds time every call once in turn, so that a slow or fast
+  spell of a shared machine lands on all of them alike. Returns the medians in order."""
+  for call in calls:
+    jax.block_until_ready(call())
+  runs = [[] for _ in calls]
+  for _ in range(repeats):
+    for call, timed in zip(calls, runs, strict=True):
+      start = time.perf_counter()
+      jax.block_until_ready(call())
+      timed.append(time.perf_counter() - start)
+  return [statistics.median(timed) for timed in runs]
+
+
 def step_seconds(
   model,
   prompts: jax.Array,
@@ -94,10 +109,9 @@ def interleaved_step_seconds(
   repeats: int = 20,
   calls: int = 10,
 ) -> list[float]:
-  """`step_seconds` of several (model, k) steps, measured side by side: each is compiled
-  and run once untimed, then `repeats` rounds time every step once in turn, so that a slow
-  spell of a shared machine lands on all of them alike instead of on one k. Returns the
-  medians in the order of `steps`."""
+  """`step_seconds` of several (model, k) steps, measured side by side
+  (`interleaved_medians`: a slow spell of a shared machine lands on all of them alike
+  instead of on one k). Returns the medians in the order of `steps`."""
   if prompt_lengths is None:
     prompt_lengths = jnp.maximum(jnp.sum(prompts > 0, axis=1), 1)
   lengths = jnp.asarray(prompt_lengths, jnp.int32)
@@ -109,15 +123,7 @@ def interleaved_step_seconds(
       states[id(model)] = _init(model, prompts, lengths, length)
     tokens = jnp.zeros((prompts.shape[0], k), jnp.int32)
     runs.append(functools.partial(_extend_calls, model, states[id(model)], tokens, calls))
-  for run in runs:
-    jax.block_until_ready(run())  # compiles
-  times = [[] for _ in runs]
-  for _ in range(repeats):
-    for run, timed in zip(runs, times, strict=True):
-      start = time.perf_counter()
-      jax.block_until_ready(run())
-      timed.append(time.perf_counter() - start)
-  return [statistics.median(timed) / calls for timed in times]
+  return [seconds / calls for seconds in interleaved_medians(runs, repeats=repeats)]
 
 
 @dataclasses.dataclass(frozen=True)
