@@ -22,11 +22,7 @@ from specsample.core import SamplingConfig, best_gamma, theoretical_speedup
 from specsample.core.sampling import logits_to_probs
 from specsample.core.speedup import expected_tokens_per_iteration
 from specsample.decoding import clear_compiled_programs, generate, speculative_generate
-from specsample.decoding.tuning import (
-  interleaved_medians,
-  interleaved_step_seconds,
-  median_seconds,
-)
+from specsample.decoding.tuning import interleaved_medians, interleaved_step_seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,7 +352,8 @@ def _sweep_point(
 
 
 def _batch_point(target, draft, prompts, size, gamma, temperature, settings) -> BatchPoint:
-  """Speculative vs autoregressive decoding of `size` prompts as one batch."""
+  """Speculative vs autoregressive decoding of `size` prompts as one batch, timed in the
+  same interleaved rounds."""
   chosen = [prompts[i % len(prompts)] for i in range(size)]
   array, lengths = pad_to_width(chosen, max(len(p) for p in chosen))
   sampling = SamplingConfig(temperature=temperature)
@@ -366,11 +363,13 @@ def _batch_point(target, draft, prompts, size, gamma, temperature, settings) -> 
     sampling=sampling,
     seed=settings.seed,
   )
-  spec = median_seconds(
-    lambda: speculative_generate(target, draft, array, gamma=gamma, **common),
+  spec, plain = interleaved_medians(
+    [
+      lambda: speculative_generate(target, draft, array, gamma=gamma, **common),
+      lambda: generate(target, array, **common),
+    ],
     repeats=settings.repeats,
   )
-  plain = median_seconds(lambda: generate(target, array, **common), repeats=settings.repeats)
   out = speculative_generate(target, draft, array, gamma=gamma, **common)
   return BatchPoint(
     batch_size=size,
