@@ -1,9 +1,9 @@
 """Where a speculative iteration's time goes: draft phase, verify phase, bookkeeping.
 
 The speedup model charges an iteration gamma * t_draft(1) + t_target(gamma + 1) and a
-plain step t_target(1), with each step timed alone. `phase_breakdown` measures what the
-decoding loops really pay, side by side in one run on the same prompts (batch 1, each
-prompt alone, compilation excluded, repeats interleaved, medians):
+plain step t_target(1), each step timed in a compiled loop of its own. `phase_breakdown`
+measures what the decoding loops really pay, side by side in one run on the same prompts
+(batch 1, each prompt alone, compilation excluded, repeats interleaved, medians):
 
   speculative      speculative_generate, end to end;
   model calls      a compiled loop making only the speculative loop's model calls, with
