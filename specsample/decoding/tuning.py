@@ -49,13 +49,7 @@ def _extend_calls(model, state, tokens, calls):
 
 def median_seconds(fn, *, repeats: int) -> float:
   """Median wall time of `fn()` over `repeats` runs after one untimed (compiling) call."""
-  jax.block_until_ready(fn())
-  runs = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    runs.append(time.perf_counter() - start)
-  return statistics.median(runs)
+  return interleaved_medians([fn], repeats=repeats)[0]
 
 
 def interleaved_medians(calls: Sequence[Callable[[], Any]], *, repeats: int) -> list[float]:
