@@ -1,5 +1,36 @@
-"""Installs specsample; all metadata lives in pyproject.toml."""
+"""Installs specsample; all metadata lives in pyproject.toml.
 
-from setuptools import setup
+The one native part is built here: the CPU kernel for matrix products with few rows
+(`specsample/kernels/small_k_matmul.cc`, an XLA FFI custom call; see
+specsample/kernels/small_k.py). It compiles against the XLA FFI headers that ship in the
+jaxlib wheel (a build requirement in pyproject.toml). It is optional: without a C++17
+compiler the install still succeeds and every product goes to XLA
+(`specsample.kernels.kernel_available()` says which).
+"""
 
-setup()
+import os
+
+from setuptools import Extension, setup
+
+
+def _xla_ffi_include_dir() -> str:
+  import jaxlib  # installed in the build environment (pyproject.toml [build-system])
+
+  return os.path.join(os.path.dirname(jaxlib.__file__), "include")
+
+
+setup(
+  ext_modules=[
+    Extension(
+      "specsample.kernels._small_k_matmul",
+      sources=["specsample/kernels/small_k_matmul.cc"],
+      depends=["specsample/kernels/small_k_matmul.h"],
+      include_dirs=[_xla_ffi_include_dir()],
+      # AVX-512 code is confined to functions marked target("avx512f") and only called
+      # after a run-time CPU check, so the library loads on any x86-64 CPU.
+      extra_compile_args=["-O3", "-std=c++17", "-w"],
+      language="c++",
+      optional=True,
+    )
+  ]
+)

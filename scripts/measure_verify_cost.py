@@ -5,23 +5,27 @@ tokens. On accelerators that call costs about one token (the weights are streame
 on CPUs XLA's small-M matrix products make it more. This prints r(k) = t(k) / t(1) for a
 T5 or decoder-only (llama-134m) preset with random weights, side by side in one run
 (medians, compilation excluded).
-With --option, each XLA compiler-option variant is measured too, the variants' runs
-interleaved so that machine noise hits them alike.
+With --option, each XLA compiler-option variant is measured too, and with --xla-matmul
+the same model with every product left to XLA (SPECSAMPLE_MATMUL=xla, no specsample
+small-k kernel), the variants' runs interleaved so that machine noise hits them alike.
 
   python scripts/measure_verify_cost.py --preset t5-small --k 1 2 4 8
   python scripts/measure_verify_cost.py --preset t5-base \
     --option xla_cpu_experimental_ynn_fusion_type=
+  python scripts/measure_verify_cost.py --preset llama-134m --k 1 5 9 --xla-matmul
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 
 import jax
 import jax.numpy as jnp
 
 from specsample.bench import time_call
+from specsample.kernels import small_k
 from specsample.models import decoder_only
 from specsample.models.t5 import T5, preset
 
@@ -41,6 +45,11 @@ def main() -> None:
     metavar="NAME=VALUE",
     help="an XLA compiler option variant to measure beside the default (repeatable)",
   )
+  parser.add_argument(
+    "--xla-matmul",
+    action="store_true",
+    help="also measure with every product left to XLA (no specsample small-k kernel)",
+  )
   args = parser.parse_args()
 
   if args.preset in decoder_only.PRESETS:
@@ -52,16 +61,19 @@ def main() -> None:
   prompts = jnp.ones((args.batch, args.encoder_length), jnp.int32)
   lengths = jnp.full((args.batch,), args.encoder_length, jnp.int32)
   state, _ = jax.jit(lambda m: m.init_state(prompts, lengths, args.cache_length))(model)
-  variants = {"default": {}}
+  matmul = "kernel" if small_k.kernel_available() else "XLA"
+  variants = {f"default ({matmul} products)": ({}, "auto")}
   for option in args.option:
     name, _, value = option.partition("=")
-    variants[option] = {name: value}
+    variants[option] = ({name: value}, "auto")
+  if args.xla_matmul:
+    variants["XLA products (SPECSAMPLE_MATMUL=xla)"] = ({}, "xla")
   extends = {
     label: jax.jit(
       lambda m, s, t: m.extend(s, t, jnp.zeros((args.batch,), jnp.int32))[0],
       compiler_options=options or None,
     )
-    for label, options in variants.items()
+    for label, (options, _) in variants.items()
   }
 
   print(
@@ -72,9 +84,11 @@ def main() -> None:
   print("| variant | k | ms per call | r(k) = t(k) / t(1) | ms per token |")
   print("|---|---|---|---|---|")
   medians = {(label, k): [] for label in variants for k in args.k}
-  for extend in extends.values():  # compile every program first
+  for label, extend in extends.items():  # compile every program first
+    os.environ[small_k.ENV_VARIABLE] = variants[label][1]  # read while tracing
     for k in args.k:
       jax.block_until_ready(extend(model, state, jnp.ones((args.batch, k), jnp.int32)))
+  os.environ.pop(small_k.ENV_VARIABLE)
   for _ in range(args.repeats):  # interleaved: one run of each program per round
     for label, extend in extends.items():
       for k in args.k:

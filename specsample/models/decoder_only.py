@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.models.t5.layers import MASK_BIAS, Projection, RMSNorm
+from specsample.models.t5.layers import MASK_BIAS, Projection, RMSNorm, dense_transposed
 from specsample.models.t5.network import write_at
 
 
@@ -147,7 +147,10 @@ class DecoderOnlyNetwork(nn.Module):
       x, cache = block(x, positions, cache, end_index)
       new_caches.append(cache)
     x = self.final_norm(x)
-    logits = self.embed.attend(x) if self.config.tie_word_embeddings else self.lm_head(x)
+    if self.config.tie_word_embeddings:
+      logits = dense_transposed(x, self.embed.embedding)
+    else:
+      logits = self.lm_head(x)
     return logits.astype(jnp.float32), tuple(new_caches)
 
 

@@ -18,16 +18,24 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from specsample.kernels import small_k
+
 MASK_BIAS = -1e10  # T5X's additive mask value
 
 
 def dense(x: jax.Array, kernel: jax.Array) -> jax.Array:
   """x @ kernel over the last axis.  [..., in] x [in, out] -> [..., out].
 
-  Every matrix product of the network goes through here, so layout or algorithm
-  changes for small-M products (the verify pass) have one place to live.
+  Every matrix product with a weight matrix goes through here. Products with few rows
+  (decoding, the verify pass) take specsample.kernels' CPU kernel where it applies.
   """
-  return jnp.einsum("...i,io->...o", x, kernel.astype(x.dtype))
+  return small_k.matmul(x, kernel.astype(x.dtype))
+
+
+def dense_transposed(x: jax.Array, kernel_t: jax.Array) -> jax.Array:
+  """x @ kernel_t.T, for weights stored [out, in] (a tied embedding as the output layer).
+  [..., in] x [out, in] -> [..., out]; `dense(x, kernel_t.T)` would copy the transpose."""
+  return small_k.matmul_transposed(x, kernel_t.astype(x.dtype))
 
 
 class RMSNorm(nn.Module):

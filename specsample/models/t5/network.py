@@ -22,7 +22,7 @@ from specsample.models.t5.layers import (
   Projection,
   RelativePositionBias,
   RMSNorm,
-  dense,
+  dense_transposed,
 )
 
 # Per decoder layer: (keys, values), each [batch, positions, heads, head_dim].
@@ -172,7 +172,7 @@ class Decoder(nn.Module):
     if self.config.rescale_logits:  # v1.0: y * d_model ** -0.5 before the shared embedding
       y = y / jnp.sqrt(jnp.float32(self.config.d_model))
     if self.config.tie_word_embeddings:
-      logits = dense(y, self.embedder.embedding.T)
+      logits = dense_transposed(y, self.embedder.embedding)
     else:
       logits = self.logits_dense(y)
     return logits.astype(jnp.float32), tuple(new_caches)

@@ -1,0 +1,187 @@
+// y = x @ w for a few rows of x: the matrix products of decoding and verification on CPUs.
+//
+// x: float32 [k, d] (k <= kMaxRows), w: float32 [d, n] (row-major, as Flax stores kernels),
+// y: float32 [k, n]. At small k each weight is used k times after it is loaded, so the
+// product is as fast as the weights can be streamed from memory, if (1) the weights are read
+// in the order they lie in memory, (2) loads are issued far enough ahead to hide memory
+// latency, and (3) the k x 16*C running sums stay in registers while a strip of rows is
+// consumed. General matrix libraries block for large k and reach a sixth to a third of
+// their peak at k = 8 (docs/benchmarks.md); this kernel does the three things above and
+// nothing else.
+//
+// Work is split over threads by rows of w (each thread streams a contiguous part of it);
+// each thread sums into its own [k, n] buffer, added up at the end.
+#ifndef SPECSAMPLE_KERNELS_SMALL_K_MATMUL_H_
+#define SPECSAMPLE_KERNELS_SMALL_K_MATMUL_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace specsample {
+
+constexpr int64_t kMaxRows = 16;
+
+struct Tuning {
+  int64_t strip_rows;      // rows of w consumed between loads/stores of the running sums
+  int64_t prefetch_bytes;  // how far ahead on each row of w to prefetch
+  int64_t chunk_columns;   // columns of y kept hot at a time ([k, chunk] floats in L2)
+};
+
+inline Tuning DefaultTuning(int64_t k) {
+  // Measured on AMD Zen 4 (2 cores) with [k, 2048] x [2048, 8192]: one row wants short
+  // strips and a long prefetch (pure streaming); more rows want long strips so the sums'
+  // loads and stores vanish next to the multiply-adds.
+  if (k <= 3) return {8, 1024, 4096};
+  return {64, 512, 4096};
+}
+
+// Running sums: R rows x C vectors of 16 floats. Registers needed: R*C + C + 1 <= 32.
+template <int R>
+constexpr int VectorsPerRow() {
+  return R <= 2 ? 8 : R <= 3 ? 6 : R <= 5 ? 4 : R <= 9 ? 3 : R <= 14 ? 2 : 1;
+}
+
+// acc[R][16C] = y[R, 16C] + x[R, strip] @ w[strip, 16C]; `tail` masks the last vector.
+template <int R, int C>
+__attribute__((target("avx512f"), always_inline)) inline void Strip(
+    const float* x, int64_t ldx, const float* w, int64_t ldw, float* y, int64_t ldy,
+    int64_t strip, int64_t prefetch_bytes, __mmask16 tail) {
+  __m512 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c)
+      acc[r][c] = _mm512_maskz_loadu_ps(c == C - 1 ? tail : 0xFFFF, y + r * ldy + 16 * c);
+  for (int64_t i = 0; i < strip; ++i) {
+    const float* row = w + i * ldw;
+    __m512 wv[C];
+    for (int c = 0; c < C; ++c) {
+      _mm_prefetch(reinterpret_cast<const char*>(row + 16 * c) + prefetch_bytes, _MM_HINT_T1);
+      wv[c] = _mm512_maskz_loadu_ps(c == C - 1 ? tail : 0xFFFF, row + 16 * c);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 xr = _mm512_set1_ps(x[r * ldx + i]);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(xr, wv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c)
+      _mm512_mask_storeu_ps(y + r * ldy + 16 * c, c == C - 1 ? tail : 0xFFFF, acc[r][c]);
+}
+
+// y[R, n] (+)= x[R, i0:i1] @ w[i0:i1, :]; y must hold the sums so far (zeros at first).
+template <int R>
+__attribute__((target("avx512f"))) void RowsTimesStrips(
+    const float* x, int64_t d, const float* w, int64_t n, float* y, int64_t i0, int64_t i1,
+    const Tuning& t) {
+  constexpr int C = VectorsPerRow<R>();
+  for (int64_t j0 = 0; j0 < n; j0 += t.chunk_columns) {
+    const int64_t j1 = j0 + t.chunk_columns < n ? j0 + t.chunk_columns : n;
+    for (int64_t s = i0; s < i1; s += t.strip_rows) {
+      const int64_t strip = s + t.strip_rows < i1 ? t.strip_rows : i1 - s;
+      const float* xs = x + s;
+      const float* ws = w + s * n;
+      int64_t j = j0;
+      for (; j + 16 * C <= j1; j += 16 * C)
+        Strip<R, C>(xs, d, ws + j, n, y + j, n, strip, t.prefetch_bytes, 0xFFFF);
+      for (; j < j1; j += 16) {
+        const int64_t left = j1 - j;
+        const __mmask16 tail = left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+        Strip<R, 1>(xs, d, ws + j, n, y + j, n, strip, t.prefetch_bytes, tail);
+      }
+    }
+  }
+}
+
+using RowsFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t,
+                        const Tuning&);
+
+inline RowsFn RowsFor(int64_t k) {
+  static constexpr RowsFn kTable[kMaxRows + 1] = {
+      nullptr,             RowsTimesStrips<1>,  RowsTimesStrips<2>,  RowsTimesStrips<3>,
+      RowsTimesStrips<4>,  RowsTimesStrips<5>,  RowsTimesStrips<6>,  RowsTimesStrips<7>,
+      RowsTimesStrips<8>,  RowsTimesStrips<9>,  RowsTimesStrips<10>, RowsTimesStrips<11>,
+      RowsTimesStrips<12>, RowsTimesStrips<13>, RowsTimesStrips<14>, RowsTimesStrips<15>,
+      RowsTimesStrips<16>};
+  return kTable[k];
+}
+
+// One thread's share: y[k, n] = x[k, i0:i1] @ w[i0:i1, n] (overwrites y).
+inline void PartialProduct(const float* x, int64_t k, int64_t d, const float* w, int64_t n,
+                           float* y, int64_t i0, int64_t i1, const Tuning& t) {
+  std::memset(y, 0, sizeof(float) * k * n);
+  RowsFor(k)(x, d, w, n, y, i0, i1, t);
+}
+
+// ---------------------------------------------------------------------------------------
+// The transposed product y = x @ e.T, e float32 [n, d] row-major (a tied embedding used as
+// the output layer): y[r, j] is the dot product of x[r] with e[j], J rows of e at a time.
+
+// Rows of e per step for R rows of x; registers: R*J + J + 1 <= 32.
+template <int R>
+constexpr int EmbeddingRowsPerStep() {
+  return R <= 1 ? 8 : R <= 3 ? 6 : R <= 5 ? 4 : R <= 9 ? 3 : R <= 14 ? 2 : 1;
+}
+
+// y[R, J] (row stride ldy) = x[R, d] @ e[J, d].T.
+template <int R, int J>
+__attribute__((target("avx512f"), always_inline)) inline void Dots(
+    const float* x, const float* e, int64_t d, float* y, int64_t ldy, int64_t prefetch_bytes) {
+  __m512 acc[R][J];
+  for (int r = 0; r < R; ++r)
+    for (int jj = 0; jj < J; ++jj) acc[r][jj] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < d; i += 16) {
+    const __mmask16 m = d - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (d - i)) - 1);
+    __m512 ev[J];
+    for (int jj = 0; jj < J; ++jj) {
+      _mm_prefetch(reinterpret_cast<const char*>(e + jj * d + i) + prefetch_bytes, _MM_HINT_T1);
+      ev[jj] = _mm512_maskz_loadu_ps(m, e + jj * d + i);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + r * d + i);
+      for (int jj = 0; jj < J; ++jj) acc[r][jj] = _mm512_fmadd_ps(xv, ev[jj], acc[r][jj]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int jj = 0; jj < J; ++jj) y[r * ldy + jj] = _mm512_reduce_add_ps(acc[r][jj]);
+}
+
+// y[R, j0:j1] = x[R, d] @ e[j0:j1, d].T (row stride of y: n).
+template <int R>
+__attribute__((target("avx512f"))) void RowsTimesEmbedding(
+    const float* x, int64_t d, const float* e, int64_t n, float* y, int64_t j0, int64_t j1,
+    int64_t prefetch_bytes) {
+  constexpr int J = EmbeddingRowsPerStep<R>();
+  int64_t j = j0;
+  for (; j + J <= j1; j += J) Dots<R, J>(x, e + j * d, d, y + j, n, prefetch_bytes);
+  for (; j < j1; ++j) Dots<R, 1>(x, e + j * d, d, y + j, n, prefetch_bytes);
+}
+
+using EmbeddingFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t,
+                             int64_t, int64_t);
+
+inline EmbeddingFn EmbeddingRowsFor(int64_t k) {
+  static constexpr EmbeddingFn kTable[kMaxRows + 1] = {
+      nullptr,
+      RowsTimesEmbedding<1>,
+      RowsTimesEmbedding<2>,
+      RowsTimesEmbedding<3>,
+      RowsTimesEmbedding<4>,
+      RowsTimesEmbedding<5>,
+      RowsTimesEmbedding<6>,
+      RowsTimesEmbedding<7>,
+      RowsTimesEmbedding<8>,
+      RowsTimesEmbedding<9>,
+      RowsTimesEmbedding<10>,
+      RowsTimesEmbedding<11>,
+      RowsTimesEmbedding<12>,
+      RowsTimesEmbedding<13>,
+      RowsTimesEmbedding<14>,
+      RowsTimesEmbedding<15>,
+      RowsTimesEmbedding<16>};
+  return kTable[k];
+}
+
+}  // namespace specsample
+
+#endif  // SPECSAMPLE_KERNELS_SMALL_K_MATMUL_H_
