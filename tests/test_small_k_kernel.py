@@ -41,7 +41,7 @@ def test_kernel_is_built_here():
 
 
 @requires_kernel
-@pytest.mark.parametrize("rows", range(1, 17))
+@pytest.mark.parametrize("rows", [*range(1, 18), 20, 31, 32])
 def test_matmul_matches_product_for_every_row_count(rows):
   rng = np.random.default_rng(rows)
   # n = 200: full vectors of every width and a 8-float tail; d = 300 rows of w
@@ -50,7 +50,10 @@ def test_matmul_matches_product_for_every_row_count(rows):
   assert "specsample_small_k_matmul" in _hlo(small_k.matmul, x, w)
   _close(jax.jit(small_k.matmul)(x, w), x, w)
   e = np.ascontiguousarray(w.T)  # [n, d]
-  assert "specsample_small_k_matmul_transposed" in _hlo(small_k.matmul_transposed, x, e)
+  transposed = _hlo(small_k.matmul_transposed, x, e)
+  assert ("specsample_small_k_matmul_transposed" in transposed) == (
+    rows <= small_k.MAX_ROWS_TRANSPOSED
+  )
   _close(jax.jit(small_k.matmul_transposed)(x, e), x, w)
 
 
@@ -64,6 +67,7 @@ def test_matmul_matches_product_for_every_row_count(rows):
     ((9, 768), 2048),  # a T5-base-sized layer: split over threads
     ((2, 8, 384), 4100),  # more than one 4096-column chunk, plus a tail
     ((3, 2048), 513),  # d split over threads unevenly
+    ((2, 13, 96), 300),  # 26 rows: two groups of 13 over each strip of w
   ],
 )
 def test_matmul_matches_product_for_odd_shapes(x_shape, n):
@@ -82,7 +86,7 @@ def test_matmul_matches_product_for_odd_shapes(x_shape, n):
 def test_products_the_kernel_does_not_take_go_to_xla(monkeypatch):
   rng = np.random.default_rng(0)
   w = rng.standard_normal((64, 32), np.float32)
-  many = rng.standard_normal((17, 64), np.float32)  # 17 rows
+  many = rng.standard_normal((small_k.MAX_ROWS + 1, 64), np.float32)
   assert "specsample_small_k" not in _hlo(small_k.matmul, many, w)
   _close(jax.jit(small_k.matmul)(many, w), many, w)
   half = jnp.asarray(many[:4], jnp.bfloat16)  # not float32

@@ -7,10 +7,18 @@
 
 from specsample.kernels.small_k import (
   MAX_ROWS,
+  MAX_ROWS_TRANSPOSED,
   kernel_available,
   matmul,
   matmul_transposed,
   uses_kernel,
 )
 
-__all__ = ["MAX_ROWS", "kernel_available", "matmul", "matmul_transposed", "uses_kernel"]
+__all__ = [
+  "MAX_ROWS",
+  "MAX_ROWS_TRANSPOSED",
+  "kernel_available",
+  "matmul",
+  "matmul_transposed",
+  "uses_kernel",
+]

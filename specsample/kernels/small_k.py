@@ -1,19 +1,22 @@
 """x @ w for a few rows of x: the matrix products of decoding and verification.
 
 Decoding one token multiplies one row per sequence by every weight matrix, and the
-speculative verify pass multiplies gamma + 1 rows. On a CPU either product should cost
-what streaming the weights from memory costs (the arithmetic of <= 16 rows fits inside
-that time), but XLA:CPU's dot kernels reach a sixth to a third of their peak rate at
-8 rows, so verifying 9 tokens cost 1.7x one token for a 223M-parameter T5
-(docs/benchmarks.md). `matmul` sends such products on CPU to a kernel of our own
-(`small_k_matmul.cc`, an XLA FFI custom call built at install time) and everything else,
-and every other platform, to XLA's product.
+speculative verify pass multiplies gamma + 1 rows per sequence. On a CPU such a product
+should cost what streaming the weights from memory costs (the arithmetic of a few rows
+fits inside that time), but XLA:CPU's dot kernels reach a sixth to a third of their peak
+rate at 8 rows, so verifying 9 tokens cost 1.8x one token for a 223M-parameter T5
+(docs/benchmarks.md). `matmul` and `matmul_transposed` send such products on CPU to
+kernels of our own (`small_k_matmul.cc`, XLA FFI custom calls built at install time by
+setup.py), and everything else, and every other platform, to XLA's product.
 
-The kernel is used when all of these hold: the platform is CPU, x and w are float32, x has
-1..MAX_ROWS rows (all leading axes together), the extension was built and the CPU has
-AVX-512 (`kernel_available()`), and the environment variable SPECSAMPLE_MATMUL is not
-"xla" (read when a function is traced, for side-by-side measurements). Results match
-XLA's product to float32 rounding (the sums are taken in a different order).
+A kernel is used when all of these hold: the platform is CPU, x and the weights are
+float32, x has 1..MAX_ROWS rows (all leading axes together; MAX_ROWS_TRANSPOSED for
+`matmul_transposed`), the extension was built and
+the CPU has AVX-512 (`kernel_available()`; `why_not_available()` says what is missing),
+and the environment variable SPECSAMPLE_MATMUL is not "xla". The choice is made when a
+function is traced (jit keeps one trace per function: set the variable before the first
+call). Results match XLA's product to float32 rounding (the sums are taken in another
+order), so greedy outputs can differ where two logits tie to within rounding.
 """
 
 from __future__ import annotations
@@ -27,7 +30,11 @@ import os
 import jax
 import jax.numpy as jnp
 
-MAX_ROWS = 16  # kMaxRows in small_k_matmul.h
+# Row limits, from side-by-side timings against XLA's product on this 2-core Zen 4 machine
+# (docs/benchmarks.md): the [d, n] kernel is faster up to 32 rows and level beyond; the
+# [n, d] kernel (tied output layers) up to 9 rows. The C++ code takes up to 64 (kMaxRows).
+MAX_ROWS = 32
+MAX_ROWS_TRANSPOSED = 9
 _TARGET = "specsample_small_k_matmul"
 _TARGET_TRANSPOSED = "specsample_small_k_matmul_transposed"
 _EXTENSION = "specsample.kernels._small_k_matmul"
@@ -62,14 +69,15 @@ def why_not_available() -> str | None:
   return _load()
 
 
-def uses_kernel(x_shape: tuple[int, ...], x_dtype, w_dtype) -> bool:
-  """Whether `matmul` of these operands takes the kernel on CPU (decided at trace time)."""
+def uses_kernel(x_shape: tuple[int, ...], x_dtype, w_dtype, *, max_rows: int = MAX_ROWS) -> bool:
+  """Whether a product of these operands takes a kernel on CPU (decided at trace time);
+  max_rows: MAX_ROWS for `matmul`, MAX_ROWS_TRANSPOSED for `matmul_transposed`."""
   rows = math.prod(x_shape[:-1])
   return (
     os.environ.get(ENV_VARIABLE, "auto") != "xla"
     and jnp.dtype(x_dtype) == jnp.float32
     and jnp.dtype(w_dtype) == jnp.float32
-    and 1 <= rows <= MAX_ROWS
+    and 1 <= rows <= max_rows
     and kernel_available()
   )
 
@@ -138,7 +146,7 @@ def matmul_transposed(x: jax.Array, e: jax.Array) -> jax.Array:
     raise ValueError(
       f"matmul_transposed: expected x [..., d] and e [n, d], got {x.shape} and {e.shape}"
     )
-  if not uses_kernel(x.shape, x.dtype, e.dtype):
+  if not uses_kernel(x.shape, x.dtype, e.dtype, max_rows=MAX_ROWS_TRANSPOSED):
     return _xla_matmul_transposed(x, e)
   rows = x.reshape(-1, x.shape[-1])  # [rows, d]
   return _kernel_matmul_transposed(rows, e).reshape(*x.shape[:-1], e.shape[0])

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "small_k_matmul.h"
@@ -24,6 +25,19 @@ namespace {
 constexpr int64_t kMinWeightsPerThread = 1 << 16;
 constexpr int64_t kMaxThreads = 64;
 
+// Waits for parts that other threads have claimed and are running: spins briefly (a part
+// takes microseconds to milliseconds), then yields the core, which a descheduled worker
+// on a busy 2-core machine may need.
+void WaitUntilDone(const std::atomic<int64_t>& done, int64_t parts) {
+  for (int spins = 0; done.load(std::memory_order_acquire) < parts; ++spins) {
+    if (spins < 4096) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
 ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
                         ffi::ResultBuffer<ffi::F32> y) {
   const auto x_dims = x.dimensions();
@@ -33,7 +47,7 @@ ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
   }
   const int64_t k = x_dims[0], d = x_dims[1], n = w_dims[1];
   if (k < 1 || k > kMaxRows) {
-    return ffi::Error::InvalidArgument("small_k_matmul: k must be in 1..16");
+    return ffi::Error::InvalidArgument("small_k_matmul: k must be in 1..64");
   }
   if (!__builtin_cpu_supports("avx512f")) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented, "small_k_matmul: the CPU lacks AVX-512");
@@ -81,7 +95,7 @@ ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
   };
   for (int64_t t = 1; t < threads; ++t) pool.Schedule(decltype(work)(work));
   work();
-  while (job->done.load(std::memory_order_acquire) < threads) _mm_pause();
+  WaitUntilDone(job->done, threads);
   for (int64_t t = 1; t < threads; ++t) {
     const float* out = job->partial.get() + (t - 1) * k * n;
     for (int64_t e = 0; e < k * n; ++e) yp[e] += out[e];
@@ -100,7 +114,7 @@ ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   }
   const int64_t k = x_dims[0], d = x_dims[1], n = e_dims[0];
   if (k < 1 || k > kMaxRows) {
-    return ffi::Error::InvalidArgument("small_k_matmul_transposed: k must be in 1..16");
+    return ffi::Error::InvalidArgument("small_k_matmul_transposed: k must be in 1..64");
   }
   if (!__builtin_cpu_supports("avx512f")) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented, "small_k_matmul: the CPU lacks AVX-512");
@@ -122,14 +136,14 @@ ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   job->prefetch_bytes = DefaultTuning(k).prefetch_bytes;
   auto work = [job] {  // claims parts as in SmallKMatmul
     for (int64_t p; (p = job->next.fetch_add(1)) < job->parts;) {
-      EmbeddingRowsFor(job->k)(job->x, job->d, job->e, job->n, job->y, job->n * p / job->parts,
-                               job->n * (p + 1) / job->parts, job->prefetch_bytes);
+      EmbeddingProduct(job->x, job->k, job->d, job->e, job->n, job->y, job->n * p / job->parts,
+                       job->n * (p + 1) / job->parts, job->prefetch_bytes);
       job->done.fetch_add(1, std::memory_order_release);
     }
   };
   for (int64_t t = 1; t < threads; ++t) pool.Schedule(decltype(work)(work));
   work();
-  while (job->done.load(std::memory_order_acquire) < threads) _mm_pause();
+  WaitUntilDone(job->done, threads);
   return ffi::Error::Success();
 }
 

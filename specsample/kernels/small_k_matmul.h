@@ -16,12 +16,14 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 namespace specsample {
 
-constexpr int64_t kMaxRows = 16;
+constexpr int64_t kMaxRows = 64;       // rows of x the kernels take
+constexpr int64_t kRowsPerGroup = 16;  // rows whose running sums fit in registers
 
 struct Tuning {
   int64_t strip_rows;      // rows of w consumed between loads/stores of the running sums
@@ -32,9 +34,10 @@ struct Tuning {
 inline Tuning DefaultTuning(int64_t k) {
   // Measured on AMD Zen 4 (2 cores) with [k, 2048] x [2048, 8192]: one row wants short
   // strips and a long prefetch (pure streaming); more rows want long strips so the sums'
-  // loads and stores vanish next to the multiply-adds.
+  // loads and stores vanish next to the multiply-adds. The [k, chunk] sums stay <= 256 KiB.
   if (k <= 3) return {8, 1024, 4096};
-  return {64, 512, 4096};
+  const int64_t chunk = k <= 16 ? 4096 : (65536 / k) / 16 * 16;
+  return {64, 512, chunk};
 }
 
 // Running sums: R rows x C vectors of 16 floats. Registers needed: R*C + C + 1 <= 32.
@@ -69,48 +72,54 @@ __attribute__((target("avx512f"), always_inline)) inline void Strip(
       _mm512_mask_storeu_ps(y + r * ldy + 16 * c, c == C - 1 ? tail : 0xFFFF, acc[r][c]);
 }
 
-// y[R, n] (+)= x[R, i0:i1] @ w[i0:i1, :]; y must hold the sums so far (zeros at first).
+// y[R, j0:j1] += x[R, strip] @ w[strip, j0:j1]: one strip of rows of w, all its panels.
+// x points at x[0, s], w at w[s, 0], y at y[0, 0]; row strides d (x) and n (w, y).
 template <int R>
-__attribute__((target("avx512f"))) void RowsTimesStrips(
-    const float* x, int64_t d, const float* w, int64_t n, float* y, int64_t i0, int64_t i1,
-    const Tuning& t) {
+__attribute__((target("avx512f"))) void StripOfRows(
+    const float* x, int64_t d, const float* w, int64_t n, float* y, int64_t j0, int64_t j1,
+    int64_t strip, int64_t prefetch_bytes) {
   constexpr int C = VectorsPerRow<R>();
+  int64_t j = j0;
+  for (; j + 16 * C <= j1; j += 16 * C)
+    Strip<R, C>(x, d, w + j, n, y + j, n, strip, prefetch_bytes, 0xFFFF);
+  for (; j < j1; j += 16) {
+    const int64_t left = j1 - j;
+    const __mmask16 tail = left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+    Strip<R, 1>(x, d, w + j, n, y + j, n, strip, prefetch_bytes, tail);
+  }
+}
+
+using StripFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t,
+                         int64_t, int64_t);
+
+inline StripFn StripFor(int64_t rows) {
+  static constexpr StripFn kTable[kRowsPerGroup + 1] = {
+      nullptr,         StripOfRows<1>,  StripOfRows<2>,  StripOfRows<3>,  StripOfRows<4>,
+      StripOfRows<5>,  StripOfRows<6>,  StripOfRows<7>,  StripOfRows<8>,  StripOfRows<9>,
+      StripOfRows<10>, StripOfRows<11>, StripOfRows<12>, StripOfRows<13>, StripOfRows<14>,
+      StripOfRows<15>, StripOfRows<16>};
+  return kTable[rows];
+}
+
+// One thread's share: y[k, n] = x[k, i0:i1] @ w[i0:i1, n] (overwrites y). More than
+// kRowsPerGroup rows are taken in groups of <= kRowsPerGroup over the same strip of w,
+// which the later groups find in the caches: w is still read from memory once.
+inline void PartialProduct(const float* x, int64_t k, int64_t d, const float* w, int64_t n,
+                           float* y, int64_t i0, int64_t i1, const Tuning& t) {
+  std::memset(y, 0, sizeof(float) * k * n);
+  const int64_t groups = (k + kRowsPerGroup - 1) / kRowsPerGroup;
   for (int64_t j0 = 0; j0 < n; j0 += t.chunk_columns) {
     const int64_t j1 = j0 + t.chunk_columns < n ? j0 + t.chunk_columns : n;
     for (int64_t s = i0; s < i1; s += t.strip_rows) {
       const int64_t strip = s + t.strip_rows < i1 ? t.strip_rows : i1 - s;
-      const float* xs = x + s;
-      const float* ws = w + s * n;
-      int64_t j = j0;
-      for (; j + 16 * C <= j1; j += 16 * C)
-        Strip<R, C>(xs, d, ws + j, n, y + j, n, strip, t.prefetch_bytes, 0xFFFF);
-      for (; j < j1; j += 16) {
-        const int64_t left = j1 - j;
-        const __mmask16 tail = left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
-        Strip<R, 1>(xs, d, ws + j, n, y + j, n, strip, t.prefetch_bytes, tail);
+      for (int64_t g = 0, r0 = 0; g < groups; ++g) {
+        const int64_t rows = (k - r0) / (groups - g);  // balanced groups
+        StripFor(rows)(x + r0 * d + s, d, w + s * n, n, y + r0 * n, j0, j1, strip,
+                       t.prefetch_bytes);
+        r0 += rows;
       }
     }
   }
-}
-
-using RowsFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t,
-                        const Tuning&);
-
-inline RowsFn RowsFor(int64_t k) {
-  static constexpr RowsFn kTable[kMaxRows + 1] = {
-      nullptr,             RowsTimesStrips<1>,  RowsTimesStrips<2>,  RowsTimesStrips<3>,
-      RowsTimesStrips<4>,  RowsTimesStrips<5>,  RowsTimesStrips<6>,  RowsTimesStrips<7>,
-      RowsTimesStrips<8>,  RowsTimesStrips<9>,  RowsTimesStrips<10>, RowsTimesStrips<11>,
-      RowsTimesStrips<12>, RowsTimesStrips<13>, RowsTimesStrips<14>, RowsTimesStrips<15>,
-      RowsTimesStrips<16>};
-  return kTable[k];
-}
-
-// One thread's share: y[k, n] = x[k, i0:i1] @ w[i0:i1, n] (overwrites y).
-inline void PartialProduct(const float* x, int64_t k, int64_t d, const float* w, int64_t n,
-                           float* y, int64_t i0, int64_t i1, const Tuning& t) {
-  std::memset(y, 0, sizeof(float) * k * n);
-  RowsFor(k)(x, d, w, n, y, i0, i1, t);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -160,8 +169,8 @@ __attribute__((target("avx512f"))) void RowsTimesEmbedding(
 using EmbeddingFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t,
                              int64_t, int64_t);
 
-inline EmbeddingFn EmbeddingRowsFor(int64_t k) {
-  static constexpr EmbeddingFn kTable[kMaxRows + 1] = {
+inline EmbeddingFn EmbeddingRowsFor(int64_t rows) {
+  static constexpr EmbeddingFn kTable[kRowsPerGroup + 1] = {
       nullptr,
       RowsTimesEmbedding<1>,
       RowsTimesEmbedding<2>,
@@ -179,7 +188,23 @@ inline EmbeddingFn EmbeddingRowsFor(int64_t k) {
       RowsTimesEmbedding<14>,
       RowsTimesEmbedding<15>,
       RowsTimesEmbedding<16>};
-  return kTable[k];
+  return kTable[rows];
+}
+
+// One thread's share: y[k, j0:j1] = x[k, d] @ e[j0:j1, d].T (row stride of y: n). More
+// than kRowsPerGroup rows go in groups over blocks of e's rows small enough to stay cached.
+inline void EmbeddingProduct(const float* x, int64_t k, int64_t d, const float* e, int64_t n,
+                             float* y, int64_t j0, int64_t j1, int64_t prefetch_bytes) {
+  const int64_t groups = (k + kRowsPerGroup - 1) / kRowsPerGroup;
+  const int64_t block = groups == 1 ? j1 - j0 : std::max<int64_t>(1, (128 << 10) / (4 * d));
+  for (int64_t b0 = j0; b0 < j1; b0 += block) {
+    const int64_t b1 = b0 + block < j1 ? b0 + block : j1;
+    for (int64_t g = 0, r0 = 0; g < groups; ++g) {
+      const int64_t rows = (k - r0) / (groups - g);
+      EmbeddingRowsFor(rows)(x + r0 * d, d, e, n, y + r0 * n, b0, b1, prefetch_bytes);
+      r0 += rows;
+    }
+  }
 }
 
 }  // namespace specsample
