@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace specsample {
 
@@ -191,18 +192,112 @@ inline EmbeddingFn EmbeddingRowsFor(int64_t rows) {
   return kTable[rows];
 }
 
-// One thread's share: y[k, j0:j1] = x[k, d] @ e[j0:j1, d].T (row stride of y: n). More
-// than kRowsPerGroup rows go in groups over blocks of e's rows small enough to stay cached.
+// With 2..16 rows of x, a better order: x is packed transposed and padded, xt[d][L] with
+// L = 8 or 16 lanes, and each element of e, broadcast, multiplies the L-vector of x's
+// column: one multiply-add per element of e for all rows at once, M rows of e at a time,
+// no horizontal sums, and xt (d * L floats) stays in cache.
+template <int L>
+struct Lanes;
+
+template <>
+struct Lanes<16> {
+  using V = __m512;
+  __attribute__((target("avx512f"), always_inline)) static V Zero() {
+    return _mm512_setzero_ps();
+  }
+  __attribute__((target("avx512f"), always_inline)) static V Load(const float* p) {
+    return _mm512_loadu_ps(p);
+  }
+  __attribute__((target("avx512f"), always_inline)) static V MulAdd(float a, V b, V c) {
+    return _mm512_fmadd_ps(_mm512_set1_ps(a), b, c);
+  }
+  __attribute__((target("avx512f"), always_inline)) static void Store(float* p, V v) {
+    _mm512_storeu_ps(p, v);
+  }
+};
+
+template <>
+struct Lanes<8> {
+  using V = __m256;
+  __attribute__((target("avx2,fma"), always_inline)) static V Zero() {
+    return _mm256_setzero_ps();
+  }
+  __attribute__((target("avx2,fma"), always_inline)) static V Load(const float* p) {
+    return _mm256_loadu_ps(p);
+  }
+  __attribute__((target("avx2,fma"), always_inline)) static V MulAdd(float a, V b, V c) {
+    return _mm256_fmadd_ps(_mm256_set1_ps(a), b, c);
+  }
+  __attribute__((target("avx2,fma"), always_inline)) static void Store(float* p, V v) {
+    _mm256_storeu_ps(p, v);
+  }
+};
+
+// y[0:k, 0:M] (row stride ldy) = x @ e[0:M].T, x given as xt[d][L].
+template <int M, int L>
+__attribute__((target("avx512f,avx2,fma"), always_inline)) inline void BroadcastRows(
+    const float* xt, const float* e, int64_t d, float* y, int64_t ldy, int64_t k,
+    int64_t prefetch_bytes) {
+  using Ops = Lanes<L>;
+  typename Ops::V acc[M];
+  for (int m = 0; m < M; ++m) acc[m] = Ops::Zero();
+  for (int64_t i = 0; i < d; ++i) {
+    if ((i & 15) == 0) {
+      for (int m = 0; m < M; ++m)
+        _mm_prefetch(reinterpret_cast<const char*>(e + m * d + i) + prefetch_bytes, _MM_HINT_T1);
+    }
+    const typename Ops::V xv = Ops::Load(xt + i * L);
+    for (int m = 0; m < M; ++m) acc[m] = Ops::MulAdd(e[m * d + i], xv, acc[m]);
+  }
+  alignas(64) float lanes[L];
+  for (int m = 0; m < M; ++m) {
+    Ops::Store(lanes, acc[m]);
+    for (int64_t r = 0; r < k; ++r) y[r * ldy + m] = lanes[r];
+  }
+}
+
+template <int L>
+__attribute__((target("avx512f,avx2,fma"))) void BroadcastEmbedding(
+    const float* xt, int64_t k, int64_t d, const float* e, int64_t n, float* y, int64_t j0,
+    int64_t j1, int64_t prefetch_bytes) {
+  constexpr int M = 12;  // rows of e at a time: 12 independent chains of multiply-adds
+  int64_t j = j0;
+  for (; j + M <= j1; j += M) BroadcastRows<M, L>(xt, e + j * d, d, y + j, n, k, prefetch_bytes);
+  for (; j < j1; ++j) BroadcastRows<1, L>(xt, e + j * d, d, y + j, n, k, prefetch_bytes);
+}
+
+// One thread's share: y[k, j0:j1] = x[k, d] @ e[j0:j1, d].T (row stride of y: n). One row
+// of x takes the dot-product kernel; more rows go, <= 16 at a time, through the broadcast
+// kernel, over blocks of e's rows small enough to stay cached between the groups.
 inline void EmbeddingProduct(const float* x, int64_t k, int64_t d, const float* e, int64_t n,
                              float* y, int64_t j0, int64_t j1, int64_t prefetch_bytes) {
+  if (k == 1) {
+    RowsTimesEmbedding<1>(x, d, e, n, y, j0, j1, prefetch_bytes);
+    return;
+  }
   const int64_t groups = (k + kRowsPerGroup - 1) / kRowsPerGroup;
-  const int64_t block = groups == 1 ? j1 - j0 : std::max<int64_t>(1, (128 << 10) / (4 * d));
+  const int64_t lanes = k <= 8 ? 8 : 16;
+  thread_local std::vector<float> packed;
+  packed.assign(groups * d * lanes, 0.0f);
+  int64_t group_rows[kMaxRows / kRowsPerGroup + 1];
+  for (int64_t g = 0, r0 = 0; g < groups; ++g) {
+    group_rows[g] = (k - r0) / (groups - g);
+    float* xt = packed.data() + g * d * lanes;
+    for (int64_t r = 0; r < group_rows[g]; ++r)
+      for (int64_t i = 0; i < d; ++i) xt[i * lanes + r] = x[(r0 + r) * d + i];
+    r0 += group_rows[g];
+  }
+  const int64_t block = groups == 1 ? j1 - j0 : std::max<int64_t>(12, (128 << 10) / (4 * d));
   for (int64_t b0 = j0; b0 < j1; b0 += block) {
     const int64_t b1 = b0 + block < j1 ? b0 + block : j1;
     for (int64_t g = 0, r0 = 0; g < groups; ++g) {
-      const int64_t rows = (k - r0) / (groups - g);
-      EmbeddingRowsFor(rows)(x + r0 * d, d, e, n, y + r0 * n, b0, b1, prefetch_bytes);
-      r0 += rows;
+      const float* xt = packed.data() + g * d * lanes;
+      if (lanes == 8) {
+        BroadcastEmbedding<8>(xt, group_rows[g], d, e, n, y + r0 * n, b0, b1, prefetch_bytes);
+      } else {
+        BroadcastEmbedding<16>(xt, group_rows[g], d, e, n, y + r0 * n, b0, b1, prefetch_bytes);
+      }
+      r0 += group_rows[g];
     }
   }
 }
