@@ -1,8 +1,8 @@
 """Hand-written compute kernels behind plain array functions (no models, no flax).
 
-- `small_k`: `matmul(x, w)` for products with few rows (decoding and verification), with
-  an XLA FFI kernel on CPUs that stream weights at memory speed, and XLA's own product
-  everywhere else.
+- `small_k`: `matmul(x, w)` and `matmul_transposed(x, e)` for products with few rows
+  (decoding and verification): XLA FFI kernels on CPUs that stream the weights at memory
+  speed, XLA's own product everywhere else.
 """
 
 from specsample.kernels.small_k import (
@@ -12,6 +12,7 @@ from specsample.kernels.small_k import (
   matmul,
   matmul_transposed,
   uses_kernel,
+  why_not_available,
 )
 
 __all__ = [
@@ -21,4 +22,5 @@ __all__ = [
   "matmul",
   "matmul_transposed",
   "uses_kernel",
+  "why_not_available",
 ]

@@ -1,8 +1,8 @@
-// XLA FFI handler for the small-k product of small_k_matmul.h (CPU, AVX-512).
-//
-// Called from specsample/kernels/small_k.py as the custom call "specsample_small_k_matmul":
-// x float32 [k, d], w float32 [d, n] -> y float32 [k, n], 1 <= k <= kMaxRows. The work is
-// split over XLA's intra-op thread pool by rows of w.
+// XLA FFI handlers for the small-k products of small_k_matmul.h (CPU, AVX-512), called
+// from specsample/kernels/small_k.py as custom calls:
+//   "specsample_small_k_matmul":            x f32 [k, d], w f32 [d, n] -> y f32 [k, n]
+//   "specsample_small_k_matmul_transposed": x f32 [k, d], e f32 [n, d] -> y f32 [k, n]
+// with 1 <= k <= kMaxRows, the work split over XLA's intra-op thread pool.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -63,8 +63,6 @@ ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
     PartialProduct(xp, k, d, wp, n, yp, 0, d, tuning);
     return ffi::Error::Success();
   }
-  // Thread t sums rows [d * t / threads, d * (t + 1) / threads) of w; thread 0 into y, the
-  // others into buffers of their own, added into y once all are done.
   // Part p sums rows [d * p / parts, d * (p + 1) / parts) of w, part 0 into y, the others
   // into buffers of their own, added into y at the end. Parts are claimed from a counter by
   // this thread and by the tasks handed to the pool, so the call never waits on a task that
