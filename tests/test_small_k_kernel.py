@@ -193,3 +193,15 @@ def test_models_give_the_same_logits_with_the_kernel(family, monkeypatch):
   xla = extend_xla(model, tokens)
   np.testing.assert_allclose(ours, xla, rtol=1e-4, atol=1e-4)
   assert np.array_equal(np.argmax(ours, -1), np.argmax(xla, -1))
+
+
+@requires_kernel
+def test_accelerator_programs_never_contain_the_custom_call():
+  # The kernel is chosen per platform while lowering: a program lowered for TPU or GPU
+  # (here without such a device: lowering only) has XLA's products, a CPU one the kernel.
+  x, w = jnp.ones((4, 64)), jnp.ones((64, 32))
+  function = jax.jit(lambda x, w: small_k.matmul(x, w) + small_k.matmul_transposed(x, w.T))
+  for platform in ("tpu", "cuda", "cpu"):
+    text = function.trace(x, w).lower(lowering_platforms=(platform,)).as_text()
+    assert ("specsample_small_k" in text) == (platform == "cpu"), platform
+    assert ("dot_general" in text) == (platform != "cpu"), platform
