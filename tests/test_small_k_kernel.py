@@ -205,3 +205,26 @@ def test_accelerator_programs_never_contain_the_custom_call():
     text = function.trace(x, w).lower(lowering_platforms=(platform,)).as_text()
     assert ("specsample_small_k" in text) == (platform == "cpu"), platform
     assert ("dot_general" in text) == (platform != "cpu"), platform
+
+
+def test_without_the_extension_every_product_goes_to_xla(monkeypatch):
+  # An install without a C++ compiler has no extension: products must still work (XLA's),
+  # and why_not_available must say why.
+  real_find_spec = small_k.importlib.util.find_spec
+
+  def find_spec(name, *args):
+    return None if name == small_k._EXTENSION else real_find_spec(name, *args)
+
+  monkeypatch.setattr(small_k.importlib.util, "find_spec", find_spec)
+  small_k._load.cache_clear()
+  try:
+    assert not small_k.kernel_available()
+    assert "not built" in small_k.why_not_available()
+    x, w = np.ones((3, 8), np.float32), np.ones((8, 5), np.float32)
+    assert not small_k.uses_kernel(x.shape, x.dtype, w.dtype)
+    assert "specsample_small_k" not in _hlo(small_k.matmul, x, w)
+    np.testing.assert_allclose(jax.jit(lambda a, b: small_k.matmul(a, b))(x, w), x @ w)
+  finally:
+    monkeypatch.undo()
+    small_k._load.cache_clear()  # registers the targets again (idempotent)
+  assert small_k.why_not_available() in (None, "this CPU lacks AVX-512")
