@@ -48,7 +48,10 @@ def _load() -> str | None:
   spec = importlib.util.find_spec(_EXTENSION)
   if spec is None or spec.origin is None:
     return "the extension was not built (no C++ compiler at install time?)"
-  library = ctypes.CDLL(spec.origin)
+  try:
+    library = ctypes.CDLL(spec.origin)
+  except OSError as error:  # e.g. built for another machine
+    return f"the extension {spec.origin} does not load: {error}"
   if not library.SpecsampleSmallKMatmulSupported():
     return "this CPU lacks AVX-512"
   jax.ffi.register_ffi_target(
