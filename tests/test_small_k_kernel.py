@@ -41,7 +41,7 @@ def test_kernel_is_built_here():
 
 
 @requires_kernel
-@pytest.mark.parametrize("rows", [*range(1, 18), 20, 31, 32])
+@pytest.mark.parametrize("rows", [*range(1, 18), 20, 31, 32, 33, 48, 64])
 def test_matmul_matches_product_for_every_row_count(rows):
   rng = np.random.default_rng(rows)
   # n = 200: full vectors of every width and a 8-float tail; d = 300 rows of w

@@ -31,11 +31,11 @@ import jax
 import jax.numpy as jnp
 
 # Row limits, from side-by-side timings against XLA's product on this 2-core Zen 4 machine
-# (docs/benchmarks.md): the [d, n] kernel is faster up to 32 rows and level beyond; the
-# [n, d] kernel (tied output layers) up to 16 rows (beyond, it takes 16-row groups and loses
-# to XLA). The C++ code takes up to 64 (kMaxRows).
-MAX_ROWS = 32
-MAX_ROWS_TRANSPOSED = 16
+# (docs/benchmarks.md, scripts/measure_small_k_kernel.py): the [d, n] kernel is faster up
+# to 64 rows (kMaxRows, the most the C++ code takes); the [n, d] kernel (tied output
+# layers) up to 32 rows, slower beyond (it takes 16-row groups).
+MAX_ROWS = 64
+MAX_ROWS_TRANSPOSED = 32
 _TARGET = "specsample_small_k_matmul"
 _TARGET_TRANSPOSED = "specsample_small_k_matmul_transposed"
 _EXTENSION = "specsample.kernels._small_k_matmul"
