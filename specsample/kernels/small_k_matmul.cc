@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -38,6 +40,59 @@ void WaitUntilDone(const std::atomic<int64_t>& done, int64_t parts) {
   }
 }
 
+// How many parts to split a product over: one per pool thread, fewer when a part would
+// hold under kMinWeightsPerThread weights, and at most `splittable` (rows or columns).
+int64_t PartsFor(ffi::ThreadPool& pool, int64_t weights, int64_t splittable) {
+  int64_t parts = std::min<int64_t>(pool.num_threads(), kMaxThreads);
+  parts = std::min<int64_t>({parts, weights / kMinWeightsPerThread, splittable});
+  return std::max<int64_t>(1, parts);
+}
+
+// Runs part(0) .. part(parts - 1) on this thread and the pool. Parts are claimed from a
+// counter by this thread and by the tasks handed to the pool, so the call never waits on a
+// task that has not started (the pool may be busy, even with another of these calls); a
+// task that starts after all parts are claimed returns at once without calling `part`.
+// The counters live in shared state, not on this stack, because such a task may start
+// after this call has returned.
+template <typename Part>
+void RunParts(ffi::ThreadPool& pool, int64_t parts, Part part) {
+  if (parts == 1) {
+    part(0);
+    return;
+  }
+  struct Job {
+    explicit Job(Part p, int64_t n) : part(std::move(p)), parts(n) {}
+    Part part;
+    int64_t parts;
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+  };
+  auto job = std::make_shared<Job>(std::move(part), parts);
+  auto work = [job] {
+    for (int64_t p; (p = job->next.fetch_add(1)) < job->parts;) {
+      job->part(p);
+      job->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  for (int64_t t = 1; t < parts; ++t) pool.Schedule(decltype(work)(work));
+  work();
+  WaitUntilDone(job->done, parts);
+}
+
+// The checks both handlers make: x [k, d] with 1 <= k <= kMaxRows, a CPU with AVX-512.
+std::optional<ffi::Error> CheckRowsAndCpu(const char* name, int64_t k) {
+  if (k < 1 || k > kMaxRows) {
+    return ffi::Error::InvalidArgument(std::string(name) + ": k must be in 1.." +
+                                       std::to_string(kMaxRows));
+  }
+  if (!__builtin_cpu_supports("avx512f")) {
+    return ffi::Error(ffi::ErrorCode::kUnimplemented, std::string(name) + ": no AVX-512");
+  }
+  return std::nullopt;
+}
+
+// y [k, n] = x [k, d] @ w [d, n]. Part p sums rows [d * p / parts, d * (p + 1) / parts) of
+// w, part 0 into y, the others into buffers of their own, added into y at the end.
 ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
                         ffi::ResultBuffer<ffi::F32> y) {
   const auto x_dims = x.dimensions();
@@ -46,62 +101,26 @@ ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
     return ffi::Error::InvalidArgument("small_k_matmul: expected x [k, d] and w [d, n]");
   }
   const int64_t k = x_dims[0], d = x_dims[1], n = w_dims[1];
-  if (k < 1 || k > kMaxRows) {
-    return ffi::Error::InvalidArgument("small_k_matmul: k must be in 1..64");
-  }
-  if (!__builtin_cpu_supports("avx512f")) {
-    return ffi::Error(ffi::ErrorCode::kUnimplemented, "small_k_matmul: the CPU lacks AVX-512");
-  }
+  if (auto error = CheckRowsAndCpu("small_k_matmul", k)) return *std::move(error);
   const float* xp = x.typed_data();
   const float* wp = w.typed_data();
   float* yp = y->typed_data();
   const Tuning tuning = DefaultTuning(k);
-  int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), kMaxThreads));
-  threads = std::max<int64_t>(1, std::min<int64_t>(threads, d * n / kMinWeightsPerThread));
-  threads = std::min<int64_t>(threads, d);
-  if (threads == 1) {
-    PartialProduct(xp, k, d, wp, n, yp, 0, d, tuning);
-    return ffi::Error::Success();
-  }
-  // Part p sums rows [d * p / parts, d * (p + 1) / parts) of w, part 0 into y, the others
-  // into buffers of their own, added into y at the end. Parts are claimed from a counter by
-  // this thread and by the tasks handed to the pool, so the call never waits on a task that
-  // has not started (the pool may be busy, even with another of these calls); a task that
-  // starts after all parts are claimed returns at once. The job is shared, not on this
-  // stack, because such a task may start after this call has returned.
-  struct Job {
-    const float* x;
-    const float* w;
-    float* y;
-    int64_t k, d, n, parts;
-    Tuning tuning;
-    std::unique_ptr<float[]> partial;
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-  };
-  auto job = std::make_shared<Job>();
-  job->x = xp, job->w = wp, job->y = yp, job->k = k, job->d = d, job->n = n;
-  job->parts = threads, job->tuning = tuning;
-  job->partial.reset(new float[(threads - 1) * k * n]);
-  auto work = [job] {
-    for (int64_t p; (p = job->next.fetch_add(1)) < job->parts;) {
-      float* out = p == 0 ? job->y : job->partial.get() + (p - 1) * job->k * job->n;
-      PartialProduct(job->x, job->k, job->d, job->w, job->n, out, job->d * p / job->parts,
-                     job->d * (p + 1) / job->parts, job->tuning);
-      job->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  for (int64_t t = 1; t < threads; ++t) pool.Schedule(decltype(work)(work));
-  work();
-  WaitUntilDone(job->done, threads);
-  for (int64_t t = 1; t < threads; ++t) {
-    const float* out = job->partial.get() + (t - 1) * k * n;
-    for (int64_t e = 0; e < k * n; ++e) yp[e] += out[e];
+  const int64_t parts = PartsFor(pool, d * n, d);
+  std::unique_ptr<float[]> partial(parts > 1 ? new float[(parts - 1) * k * n] : nullptr);
+  float* partial_p = partial.get();
+  RunParts(pool, parts, [=](int64_t p) {
+    float* out = p == 0 ? yp : partial_p + (p - 1) * k * n;
+    PartialProduct(xp, k, d, wp, n, out, d * p / parts, d * (p + 1) / parts, tuning);
+  });
+  for (int64_t p = 1; p < parts; ++p) {
+    const float* out = partial_p + (p - 1) * k * n;
+    for (int64_t i = 0; i < k * n; ++i) yp[i] += out[i];
   }
   return ffi::Error::Success();
 }
 
-// y [k, n] = x [k, d] @ e [n, d].T. Threads take contiguous runs of e's rows (and y's
+// y [k, n] = x [k, d] @ e [n, d].T. Parts take contiguous runs of e's rows (and y's
 // columns), so no partial sums are needed.
 ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                                   ffi::Buffer<ffi::F32> e, ffi::ResultBuffer<ffi::F32> y) {
@@ -111,37 +130,15 @@ ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
     return ffi::Error::InvalidArgument("small_k_matmul_transposed: expected x [k, d], e [n, d]");
   }
   const int64_t k = x_dims[0], d = x_dims[1], n = e_dims[0];
-  if (k < 1 || k > kMaxRows) {
-    return ffi::Error::InvalidArgument("small_k_matmul_transposed: k must be in 1..64");
-  }
-  if (!__builtin_cpu_supports("avx512f")) {
-    return ffi::Error(ffi::ErrorCode::kUnimplemented, "small_k_matmul: the CPU lacks AVX-512");
-  }
-  struct Job {
-    const float* x;
-    const float* e;
-    float* y;
-    int64_t k, d, n, parts, prefetch_bytes;
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-  };
-  int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), kMaxThreads));
-  threads = std::max<int64_t>(1, std::min<int64_t>(threads, d * n / kMinWeightsPerThread));
-  threads = std::min<int64_t>(threads, n);
-  auto job = std::make_shared<Job>();
-  job->x = x.typed_data(), job->e = e.typed_data(), job->y = y->typed_data();
-  job->k = k, job->d = d, job->n = n, job->parts = threads;
-  job->prefetch_bytes = DefaultTuning(k).prefetch_bytes;
-  auto work = [job] {  // claims parts as in SmallKMatmul
-    for (int64_t p; (p = job->next.fetch_add(1)) < job->parts;) {
-      EmbeddingProduct(job->x, job->k, job->d, job->e, job->n, job->y, job->n * p / job->parts,
-                       job->n * (p + 1) / job->parts, job->prefetch_bytes);
-      job->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  for (int64_t t = 1; t < threads; ++t) pool.Schedule(decltype(work)(work));
-  work();
-  WaitUntilDone(job->done, threads);
+  if (auto error = CheckRowsAndCpu("small_k_matmul_transposed", k)) return *std::move(error);
+  const float* xp = x.typed_data();
+  const float* ep = e.typed_data();
+  float* yp = y->typed_data();
+  const int64_t prefetch_bytes = DefaultTuning(k).prefetch_bytes;
+  const int64_t parts = PartsFor(pool, d * n, n);
+  RunParts(pool, parts, [=](int64_t p) {
+    EmbeddingProduct(xp, k, d, ep, n, yp, n * p / parts, n * (p + 1) / parts, prefetch_bytes);
+  });
   return ffi::Error::Success();
 }
 
