@@ -24,7 +24,7 @@
 namespace specsample {
 
 constexpr int64_t kMaxRows = 64;       // rows of x the kernels take
-constexpr int64_t kRowsPerGroup = 16;  // rows whose running sums fit in registers
+constexpr int64_t kRowsPerGroup = 16;  // rows per group of the transposed kernel (16 lanes)
 // Rows per group in PartialProduct: up to 9 rows keep 3 vectors of sums per row (27
 // registers); 10-16 rows would keep 1-2, and re-reading a strip of w from L1 for a second
 // group costs less than that (measured: 16 rows as 2 x 8 are up to 1.7x faster).
@@ -48,7 +48,8 @@ inline Tuning DefaultTuning(int64_t k) {
 // Running sums: R rows x C vectors of 16 floats. Registers needed: R*C + C + 1 <= 32.
 template <int R>
 constexpr int VectorsPerRow() {
-  return R <= 2 ? 8 : R <= 3 ? 6 : R <= 5 ? 4 : R <= 9 ? 3 : R <= 14 ? 2 : 1;
+  static_assert(R >= 1 && R <= kRowsPerStripGroup, "more rows go in groups");
+  return R <= 2 ? 8 : R <= 3 ? 6 : R <= 5 ? 4 : 3;
 }
 
 // acc[R][16C] = y[R, 16C] + x[R, strip] @ w[strip, 16C]; `tail` masks the last vector.
@@ -98,11 +99,9 @@ using StripFn = void (*)(const float*, int64_t, const float*, int64_t, float*, i
                          int64_t, int64_t);
 
 inline StripFn StripFor(int64_t rows) {
-  static constexpr StripFn kTable[kRowsPerGroup + 1] = {
-      nullptr,         StripOfRows<1>,  StripOfRows<2>,  StripOfRows<3>,  StripOfRows<4>,
-      StripOfRows<5>,  StripOfRows<6>,  StripOfRows<7>,  StripOfRows<8>,  StripOfRows<9>,
-      StripOfRows<10>, StripOfRows<11>, StripOfRows<12>, StripOfRows<13>, StripOfRows<14>,
-      StripOfRows<15>, StripOfRows<16>};
+  static constexpr StripFn kTable[kRowsPerStripGroup + 1] = {
+      nullptr,        StripOfRows<1>, StripOfRows<2>, StripOfRows<3>, StripOfRows<4>,
+      StripOfRows<5>, StripOfRows<6>, StripOfRows<7>, StripOfRows<8>, StripOfRows<9>};
   return kTable[rows];
 }
 
@@ -129,71 +128,33 @@ inline void PartialProduct(const float* x, int64_t k, int64_t d, const float* w,
 
 // ---------------------------------------------------------------------------------------
 // The transposed product y = x @ e.T, e float32 [n, d] row-major (a tied embedding used as
-// the output layer): y[r, j] is the dot product of x[r] with e[j], J rows of e at a time.
-
-// Rows of e per step for R rows of x; registers: R*J + J + 1 <= 32.
-template <int R>
-constexpr int EmbeddingRowsPerStep() {
-  return R <= 1 ? 8 : R <= 3 ? 6 : R <= 5 ? 4 : R <= 9 ? 3 : R <= 14 ? 2 : 1;
-}
-
-// y[R, J] (row stride ldy) = x[R, d] @ e[J, d].T.
-template <int R, int J>
+// the output layer).
+//
+// One row of x: y[j] is the dot product of x with e[j], J rows of e at a time.
+template <int J>
 __attribute__((target("avx512f"), always_inline)) inline void Dots(
-    const float* x, const float* e, int64_t d, float* y, int64_t ldy, int64_t prefetch_bytes) {
-  __m512 acc[R][J];
-  for (int r = 0; r < R; ++r)
-    for (int jj = 0; jj < J; ++jj) acc[r][jj] = _mm512_setzero_ps();
+    const float* x, const float* e, int64_t d, float* y, int64_t prefetch_bytes) {
+  __m512 acc[J];
+  for (int jj = 0; jj < J; ++jj) acc[jj] = _mm512_setzero_ps();
   for (int64_t i = 0; i < d; i += 16) {
     const __mmask16 m = d - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (d - i)) - 1);
-    __m512 ev[J];
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
     for (int jj = 0; jj < J; ++jj) {
       _mm_prefetch(reinterpret_cast<const char*>(e + jj * d + i) + prefetch_bytes, _MM_HINT_T1);
-      ev[jj] = _mm512_maskz_loadu_ps(m, e + jj * d + i);
-    }
-    for (int r = 0; r < R; ++r) {
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + r * d + i);
-      for (int jj = 0; jj < J; ++jj) acc[r][jj] = _mm512_fmadd_ps(xv, ev[jj], acc[r][jj]);
+      acc[jj] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, e + jj * d + i), acc[jj]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int jj = 0; jj < J; ++jj) y[r * ldy + jj] = _mm512_reduce_add_ps(acc[r][jj]);
+  for (int jj = 0; jj < J; ++jj) y[jj] = _mm512_reduce_add_ps(acc[jj]);
 }
 
-// y[R, j0:j1] = x[R, d] @ e[j0:j1, d].T (row stride of y: n).
-template <int R>
-__attribute__((target("avx512f"))) void RowsTimesEmbedding(
-    const float* x, int64_t d, const float* e, int64_t n, float* y, int64_t j0, int64_t j1,
+// y[j0:j1] = x[d] @ e[j0:j1, d].T.
+__attribute__((target("avx512f"))) inline void RowTimesEmbedding(
+    const float* x, int64_t d, const float* e, float* y, int64_t j0, int64_t j1,
     int64_t prefetch_bytes) {
-  constexpr int J = EmbeddingRowsPerStep<R>();
+  constexpr int J = 8;
   int64_t j = j0;
-  for (; j + J <= j1; j += J) Dots<R, J>(x, e + j * d, d, y + j, n, prefetch_bytes);
-  for (; j < j1; ++j) Dots<R, 1>(x, e + j * d, d, y + j, n, prefetch_bytes);
-}
-
-using EmbeddingFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t,
-                             int64_t, int64_t);
-
-inline EmbeddingFn EmbeddingRowsFor(int64_t rows) {
-  static constexpr EmbeddingFn kTable[kRowsPerGroup + 1] = {
-      nullptr,
-      RowsTimesEmbedding<1>,
-      RowsTimesEmbedding<2>,
-      RowsTimesEmbedding<3>,
-      RowsTimesEmbedding<4>,
-      RowsTimesEmbedding<5>,
-      RowsTimesEmbedding<6>,
-      RowsTimesEmbedding<7>,
-      RowsTimesEmbedding<8>,
-      RowsTimesEmbedding<9>,
-      RowsTimesEmbedding<10>,
-      RowsTimesEmbedding<11>,
-      RowsTimesEmbedding<12>,
-      RowsTimesEmbedding<13>,
-      RowsTimesEmbedding<14>,
-      RowsTimesEmbedding<15>,
-      RowsTimesEmbedding<16>};
-  return kTable[rows];
+  for (; j + J <= j1; j += J) Dots<J>(x, e + j * d, d, y + j, prefetch_bytes);
+  for (; j < j1; ++j) Dots<1>(x, e + j * d, d, y + j, prefetch_bytes);
 }
 
 // With 2..16 rows of x, a better order: x is packed transposed and padded, xt[d][L] with
@@ -276,7 +237,7 @@ __attribute__((target("avx512f,avx2,fma"))) void BroadcastEmbedding(
 inline void EmbeddingProduct(const float* x, int64_t k, int64_t d, const float* e, int64_t n,
                              float* y, int64_t j0, int64_t j1, int64_t prefetch_bytes) {
   if (k == 1) {
-    RowsTimesEmbedding<1>(x, d, e, n, y, j0, j1, prefetch_bytes);
+    RowTimesEmbedding(x, d, e, y, j0, j1, prefetch_bytes);
     return;
   }
   const int64_t groups = (k + kRowsPerGroup - 1) / kRowsPerGroup;
