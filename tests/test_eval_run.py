@@ -130,6 +130,30 @@ def test_interrupted_eval_resumes_and_matches_an_uninterrupted_one(model_dirs, t
     run_eval(changed, show_progress=False)
 
 
+@pytest.mark.slow
+def test_a_corrupt_results_line_is_redone_once_and_nothing_counts_twice(
+  model_dirs, tmp_path, tsv_file
+):
+  # Greedy, batch 1: a redone example gives the same record but for its timings.
+  pipeline = resolve(make_config(model_dirs, tmp_path, task="gettext_ende", source="tsv",
+                                 data_files=tsv_file))  # fmt: skip
+  first = run_eval(pipeline, show_progress=False)
+  path = tmp_path / "examples.jsonl"
+  original, lines = outputs(tmp_path), path.read_text().splitlines()
+  lines[2] = lines[2][:30] + "#"  # example 1's line garbled, its newline kept
+  lines.insert(5, lines[4])  # example 3 twice (what the old resume appended)
+  path.write_text("\n".join(lines) + "\n")
+  report = run_eval(pipeline, show_progress=False)
+  assert report["examples"] == 6 and outputs(tmp_path) == original
+  assert report["alpha"] == first["alpha"]
+  assert report["quality"]["target"] == first["quality"]["target"]
+  repaired = path.read_text()
+  assert len(repaired.splitlines()) == 1 + 6
+  assert [json.loads(line)["index"] for line in repaired.splitlines()[1:]] == [0, 2, 3, 4, 5, 1]
+  run_eval(pipeline, show_progress=False)
+  assert path.read_text() == repaired  # a rerun decodes nothing and appends nothing
+
+
 def test_store_drops_a_line_cut_short(tmp_path):
   store = ResultStore(tmp_path / "x.jsonl", "abc")
   store.append([{"index": 0, "v": 1}])

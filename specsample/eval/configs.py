@@ -19,6 +19,7 @@ import os
 
 import ml_collections
 
+from specsample.eval.errors import ConfigError
 from specsample.eval.paper import DRAFTS, TABLE2, TASKS, paper_row, row_key
 
 T5X_ROOT = "gs://t5-data/pretrained_models/t5x"
@@ -78,7 +79,7 @@ def table2_config(task: str, draft: str, temperature: float) -> ml_collections.C
   """One row of Table 2: T5-XXL (original T5 11B) target, `draft` T5 1.0, the paper's gamma."""
   key = row_key(task, draft, temperature)
   if key not in TABLE2:
-    raise ValueError(f"no Table 2 row {key!r}: tasks {TASKS}, drafts {DRAFTS}, T 0 or 1")
+    raise ConfigError(f"no Table 2 row {key!r}: tasks {TASKS}, drafts {DRAFTS}, T 0 or 1")
   config = base_config()
   config.name = f"table2_{task}_{draft}_t{temperature:g}"
   config.task = EVAL_TASKS[task]
@@ -99,7 +100,7 @@ MINIATURES = {
 def miniature_config(task: str) -> ml_collections.ConfigDict:
   """The offline miniature: a bundled pair on its shipped test split, on this machine."""
   if task not in MINIATURES:
-    raise ValueError(f"unknown miniature {task!r}; known: {sorted(MINIATURES)}")
+    raise ConfigError(f"unknown miniature {task!r}; known: {sorted(MINIATURES)}")
   task_name, pair, test_file, source = MINIATURES[task]
   directory = os.path.join(BUNDLED_DIR, pair)
   config = base_config()
@@ -168,6 +169,23 @@ class Pipeline:
     }  # fmt: skip
     return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
 
+  def checkpoints(self) -> dict[str, dict[str, str]]:
+    """{role: {"path", "contents"}} of the two checkpoints: `contents` hashes their files'
+    names, sizes and mtimes (store.checkpoint_fingerprint), so a checkpoint replaced at the
+    same path is not mixed into a resumed eval. Raises ConfigError for a missing path."""
+    from specsample.eval.store import checkpoint_fingerprint
+
+    checkpoints = {}
+    for plan in (self.target, self.draft):
+      try:
+        contents = checkpoint_fingerprint(plan.path)
+      except FileNotFoundError as error:
+        raise ConfigError(
+          f"{plan.role} checkpoint {plan.path}: no such file or directory"
+        ) from error
+      checkpoints[plan.role] = {"path": plan.path, "contents": contents}
+    return checkpoints
+
   def describe(self) -> dict:
     """The settings as plain data (for reports and dry runs)."""
     out = {}
@@ -217,7 +235,17 @@ def _positive(name: str, value, minimum: int = 1) -> int:
 
 
 def resolve(config: ml_collections.ConfigDict) -> Pipeline:
-  """Checks `config` and resolves defaults; raises ValueError naming the bad field."""
+  """Checks `config` and resolves defaults; raises ConfigError (a ValueError) naming the
+  bad field or the missing file."""
+  try:
+    return _resolve(config)
+  except ConfigError:
+    raise
+  except (ValueError, OSError) as error:  # CheckpointError is a ValueError
+    raise ConfigError(str(error)) from error
+
+
+def _resolve(config: ml_collections.ConfigDict) -> Pipeline:
   from specsample.data import specs
 
   known = set(base_config().keys())

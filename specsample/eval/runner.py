@@ -10,7 +10,6 @@ prompt, and the report (JSON + markdown, the paper's row beside ours) is written
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -20,9 +19,16 @@ import numpy as np
 from specsample.core import SamplingConfig
 from specsample.decoding import generate, speculative_generate
 from specsample.eval.configs import Pipeline
+from specsample.eval.errors import ConfigError, examples_path, require_modules
 from specsample.eval.store import ResultStore
 
 MIN_BUCKET = 8
+# The keys of every record decode_batch writes (a stored line without them is corrupt).
+RECORD_FIELDS = (
+  "index", "input", "reference", "target_output", "speculative_output", "target_tokens",
+  "speculative_tokens", "accepted", "rejected", "iterations", "target_seconds",
+  "speculative_seconds",
+)  # fmt: skip
 
 
 def bucket_width(length: int, cap: int) -> int:
@@ -34,23 +40,46 @@ def bucket_width(length: int, cap: int) -> int:
   return max(min(width, cap), length)
 
 
+def extra_modules(pipeline: Pipeline) -> tuple[str, ...]:
+  """The eval-extra modules the pipeline imports (ROUGE only for a ROUGE task)."""
+  rouge = ("rouge_score",) if pipeline.task.metric == "rouge" else ()
+  return ("seqio", "tensorflow", "tensorflow_datasets", *rouge)
+
+
 def make_task(pipeline: Pipeline):
-  """The pipeline's seqio.Task (nothing is read until its dataset is iterated)."""
+  """The pipeline's seqio.Task (nothing is read until its dataset is iterated). Raises
+  MissingExtraError without the eval extra, ConfigError for a missing file."""
+  require_modules(extra_modules(pipeline))
   from specsample.data.tasks import build_task
 
-  return build_task(
-    pipeline.task, pipeline.vocabulary, pipeline.source,
-    files=pipeline.files or None, data_dir=pipeline.data_dir or None,
+  try:
+    return build_task(
+      pipeline.task, pipeline.vocabulary, pipeline.source,
+      files=pipeline.files or None, data_dir=pipeline.data_dir or None,
+    )  # fmt: skip
+  except (ValueError, OSError) as error:
+    raise ConfigError(str(error)) from error
+
+
+def open_store(pipeline: Pipeline) -> ResultStore:
+  """The run's results file, keyed by its settings and its checkpoints' contents."""
+  return ResultStore(
+    examples_path(pipeline.workdir), pipeline.fingerprint(), pipeline.checkpoints(),
+    fields=RECORD_FIELDS,
   )  # fmt: skip
 
 
 def load_models(pipeline: Pipeline):
-  """(target, draft) as T5 models, on the pipeline's mesh when it has one."""
-  from specsample.checkpoints import load_t5
+  """(target, draft) as T5 models, on the pipeline's mesh when it has one. Raises
+  ConfigError for a checkpoint that cannot be read."""
+  from specsample.checkpoints import CheckpointError, load_t5
 
   models = []
   for plan in (pipeline.target, pipeline.draft):
-    models.append(load_t5(plan.path, dtype=pipeline.dtype, config=plan.preset or None))
+    try:
+      models.append(load_t5(plan.path, dtype=pipeline.dtype, config=plan.preset or None))
+    except (CheckpointError, OSError) as error:
+      raise ConfigError(f"{plan.role} checkpoint: {error}") from error
   target, draft = models
   if pipeline.mesh:
     from specsample.scaling.shard import make_mesh, shard_model
@@ -170,15 +199,20 @@ def run_eval(
     TimeRemainingColumn,
   )
 
-  from specsample.data.tasks import eval_examples
   from specsample.eval.report import build_report, write_report
 
-  task = make_task(pipeline)
-  examples = eval_examples(task, pipeline.task, pipeline.split, pipeline.max_examples)
-  if not examples:
-    raise ValueError(f"split {pipeline.split!r} of {pipeline.task.name} has no examples")
-  store = ResultStore(os.path.join(pipeline.workdir, "examples.jsonl"), pipeline.fingerprint())
+  # The cheap checks first: the workdir's results and the checkpoints, then the data.
+  store = open_store(pipeline)
   done = store.load()
+  task = make_task(pipeline)
+  from specsample.data.tasks import eval_examples  # seqio, TensorFlow
+
+  try:
+    examples = eval_examples(task, pipeline.task, pipeline.split, pipeline.max_examples)
+  except ValueError as error:
+    raise ConfigError(str(error)) from error
+  if not examples:
+    raise ConfigError(f"split {pipeline.split!r} of {pipeline.task.name} has no examples")
   target, draft = models or load_models(pipeline)
   decode_text = _decoder(task.output_features["targets"].vocabulary)
   todo = [e for e in examples if e.index not in done]
