@@ -50,6 +50,11 @@ class LanguageModel(Protocol):
     """Token that fills output positions after a sequence ended."""
     ...
 
+  # Optional member: `prompt_pad_id: int | None`, an id that never occurs inside a
+  # prompt (T5: 0). Where a model has one, trailing runs of it in a [batch, length]
+  # prompt array are padding; without it, array rows are read whole unless the caller
+  # passes prompt_lengths (see decoding.inputs.prepare_prompts).
+
   def init_state(
     self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
   ) -> tuple[Any, jax.Array]:

@@ -5,7 +5,8 @@ the draft's and the target's logits go through the very same function below. The
 result is a probability vector per position; temperature 0 means greedy decoding and
 yields a one-hot vector at the argmax (ties go to the lowest token id).
 
-Order of operations (as in most samplers): divide by temperature, keep the top-k
+Order of operations (as in most samplers): divide by temperature (after subtracting
+the largest logit, so that tiny temperatures cannot overflow), keep the top-k
 logits, then keep the smallest prefix of the sorted distribution whose mass reaches
 top-p. Tokens tied with the last kept one are kept too, so the result never depends on
 how a sort breaks ties.
@@ -18,6 +19,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+
+# Logits are divided by the temperature in float32; below this (float32's smallest normal
+# number) the divisor is subnormal, which XLA:CPU flushes to zero.
+SMALLEST_TEMPERATURE = float(jnp.finfo(jnp.float32).tiny)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +46,11 @@ class SamplingConfig:
       raise TypeError(f"temperature must be a number, got {temperature!r}")
     if not math.isfinite(temperature) or temperature < 0:
       raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+    if 0 < temperature < SMALLEST_TEMPERATURE:
+      raise ValueError(
+        f"temperature {temperature} is below float32's smallest normal number "
+        f"({SMALLEST_TEMPERATURE:.3g}; CPUs flush it to 0): use 0 for greedy decoding"
+      )
     if isinstance(top_k, bool) or not isinstance(top_k, int):
       raise TypeError(f"top_k must be an int (0 disables it), got {top_k!r}")
     if top_k < 0:
@@ -124,7 +134,10 @@ def logits_to_probs(logits: jax.Array, sampling: SamplingConfig) -> jax.Array:
   vocab = logits.shape[-1]
   if sampling.is_greedy:
     return jax.nn.one_hot(argmax_tokens(logits), vocab, dtype=jnp.float32)
-  logits = logits / sampling.temperature
+  # Shift before dividing: (logits - max) / T keeps the largest entry at exactly 0 for
+  # any T > 0, where logits / T overflows to inf at tiny T (inf - inf = NaN in softmax).
+  shifted = logits - jnp.max(logits, axis=-1, keepdims=True)  # [..., vocab], max entry 0
+  logits = shifted / sampling.temperature
   if 0 < sampling.top_k < vocab:
     logits = _mask_top_k(logits, sampling.top_k)
   probs = jax.nn.softmax(logits, axis=-1)

@@ -37,13 +37,26 @@ def check_model(role: str, model) -> None:
       )
 
 
+def prompt_pad_id(model) -> int | None:
+  """The model's `prompt_pad_id` (an optional member of the model contract), or None."""
+  return getattr(model, "prompt_pad_id", None)
+
+
 def prepare_prompts(
-  prompts, prompt_lengths, *, vocab_size: int, pad_id: int
+  prompts, prompt_lengths, *, vocab_size: int, pad_id: int, prompt_pad_id: int | None = None
 ) -> tuple[jax.Array, jax.Array]:
   """Returns right-padded prompts int32[batch, prompt_length] and lengths int32[batch].
 
-  `prompts` is either a [batch, prompt_length] array (all rows full length unless
-  `prompt_lengths` says otherwise) or a sequence of token sequences of any lengths.
+  `prompts` is a sequence of token sequences of any lengths (`[[5, 6, 1], [7, 1]]`; a
+  flat list of ints is refused: one prompt is `[[5, 6, 1]]`), or a [batch, prompt_length]
+  integer array. An array's rows are read as:
+    - `prompt_lengths[i]` tokens when `prompt_lengths` is given;
+    - else, for a model whose `prompt_pad_id` is set (an id that is never a prompt
+      token, e.g. T5's 0: T5X and seqio batches are right-padded with it and masked as
+      `tokens > 0`), everything before the row's trailing run of that id;
+    - else the whole row, and a row that ends with the model's `pad_id` is refused
+      (it is probably padding; pass `prompt_lengths` or ragged lists).
+  Token ids must be integers (floats, strings and bools are refused, never rounded).
   """
   if isinstance(prompts, jax.core.Tracer):
     raise TypeError("prompts must be concrete (call the decoder outside jax.jit)")
@@ -52,9 +65,9 @@ def prepare_prompts(
   if isinstance(prompts, Sequence) and not isinstance(prompts, str | bytes):
     if prompt_lengths is not None:
       raise ValueError("prompt_lengths is only for array prompts; sequences carry their lengths")
-    rows = [np.asarray(row).reshape(-1) for row in prompts]
-    if not rows:
+    if not prompts:
       raise ValueError("prompts is empty: need at least one prompt")
+    rows = [_token_row(row, i) for i, row in enumerate(prompts)]
     lengths = np.array([len(row) for row in rows], np.int64)
     array = np.full((len(rows), max(1, lengths.max())), pad_id, np.int64)
     for i, row in enumerate(rows):
@@ -63,15 +76,25 @@ def prepare_prompts(
     array = np.asarray(prompts)
     if array.ndim != 2:
       raise ValueError(f"prompts must be [batch, prompt_length], got shape {array.shape}")
-    lengths = (
-      np.full((array.shape[0],), array.shape[1], np.int64)
-      if prompt_lengths is None
-      else np.asarray(prompt_lengths).reshape(-1)
-    )
+    _check_integer_ids(array, "prompts")
+    if prompt_lengths is not None:
+      lengths = np.asarray(prompt_lengths)
+      _check_integer_ids(lengths, "prompt_lengths")
+      lengths = lengths.reshape(-1)
+    elif prompt_pad_id is not None:
+      lengths = _unpadded_lengths(array, prompt_pad_id)
+    else:
+      lengths = np.full((array.shape[0],), array.shape[1], np.int64)
+      ends_with_pad = np.flatnonzero(array[:, -1] == pad_id) if array.size else []
+      if len(ends_with_pad):
+        raise ValueError(
+          f"prompt rows {ends_with_pad.tolist()} end with the pad id {pad_id}, which this "
+          "model also reads as a token: pass prompt_lengths, or the prompts as ragged lists, "
+          "so that padding is never decoded as input"
+        )
   if array.shape[0] == 0 or array.shape[1] == 0:
     raise ValueError(f"prompts must be non-empty, got shape {array.shape}")
-  if not np.issubdtype(array.dtype, np.integer):
-    raise TypeError(f"prompts must hold integer token ids, got dtype {array.dtype}")
+  _check_integer_ids(array, "prompts")
   if lengths.shape != (array.shape[0],):
     raise ValueError(f"prompt_lengths must be [batch={array.shape[0]}], got {lengths.shape}")
   if np.any(lengths < 1) or np.any(lengths > array.shape[1]):
@@ -90,6 +113,42 @@ def prepare_prompts(
   return jax.device_put(array.astype(np.int32)), jax.device_put(lengths.astype(np.int32))
 
 
+def _token_row(row, index: int) -> np.ndarray:
+  """One prompt of a ragged sequence as int64[length]; refuses anything but int ids."""
+  if isinstance(row, numbers.Number | np.generic) and not isinstance(row, bool | np.bool_):
+    raise TypeError(
+      f"prompts must be a list of token lists; element {index} is a single token "
+      f"({row!r}). One prompt is written [[5, 6, 1]], not [5, 6, 1]"
+    )
+  if isinstance(row, str | bytes) or not isinstance(row, Sequence | np.ndarray | jax.Array):
+    raise TypeError(f"prompt {index} must be a list of int token ids, got {row!r}")
+  array = np.asarray(row)
+  if array.ndim != 1:
+    raise ValueError(f"prompt {index} must be a flat list of token ids, got shape {array.shape}")
+  if array.size:
+    _check_integer_ids(array, f"prompt {index}")
+  return array.astype(np.int64)
+
+
+def _check_integer_ids(array: np.ndarray, what: str) -> None:
+  if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
+    raise TypeError(
+      f"{what} must hold integer token ids, got dtype {array.dtype} (values are never rounded "
+      "or parsed: convert them yourself)"
+    )
+
+
+def _unpadded_lengths(array: np.ndarray, pad: int) -> np.ndarray:
+  """Per row, the position after its last non-pad token.  int[batch, length] -> int64[batch]."""
+  not_pad = array != pad  # [batch, length]
+  last = array.shape[1] - 1 - np.argmax(not_pad[:, ::-1], axis=1)  # last non-pad position
+  lengths = np.where(not_pad.any(axis=1), last + 1, 0).astype(np.int64)
+  if np.any(lengths == 0):
+    rows = np.flatnonzero(lengths == 0).tolist()
+    raise ValueError(f"prompt rows {rows} hold only padding (id {pad}): every prompt needs a token")
+  return lengths
+
+
 def _global_prompts(prompts: jax.Array, prompt_lengths) -> tuple[jax.Array, jax.Array]:
   """Prompts spread over several processes (jax.make_array_from_process_local_data):
   shapes and dtypes are checked here; token values cannot be seen from one process."""
@@ -105,12 +164,17 @@ def _global_prompts(prompts: jax.Array, prompt_lengths) -> tuple[jax.Array, jax.
   return prompts.astype(jnp.int32), prompt_lengths.astype(jnp.int32)
 
 
+SEED_RANGE = (-(2**63), 2**63)  # what jax.random.key takes (a C long)
+
+
 def make_key(seed) -> jax.Array:
-  """A typed PRNG key from an int seed or a key (typed, or legacy uint32[2])."""
+  """A typed PRNG key from an int seed in SEED_RANGE or a key (typed, or legacy uint32[2])."""
   if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
     return seed
   if isinstance(seed, jax.Array | np.ndarray) and seed.shape == (2,) and seed.dtype == np.uint32:
     return jax.random.wrap_key_data(seed)
   if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
     raise TypeError(f"seed must be an int or a jax PRNG key, got {seed!r}")
+  if not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
+    raise ValueError(f"seed must be in [-2**63, 2**63), got {seed}")
   return jax.random.key(int(seed))

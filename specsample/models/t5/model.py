@@ -55,6 +55,12 @@ class T5:
   def pad_id(self) -> int:
     return self.config.pad_id
 
+  @property
+  def prompt_pad_id(self) -> int:
+    """Padding is never an encoder input (T5X masks `tokens > 0`): trailing pad ids of a
+    [batch, length] prompt array are padding."""
+    return self.config.pad_id
+
   def _constrain(self, x: jax.Array, logical_axes: tuple[str, ...]) -> jax.Array:
     if self.partitioning is None:
       return x
