@@ -3,15 +3,10 @@
 from specsample import SamplingConfig, generate, load_t5, speculative_generate
 """
 
+from specsample.api import speculative_generate
 from specsample.checkpoints import load_t5
 from specsample.core.sampling import SamplingConfig
-from specsample.decoding import (
-  DecodingStats,
-  GenerationOutput,
-  NonFiniteLogitsError,
-  generate,
-  speculative_generate,
-)
+from specsample.decoding import DecodingStats, GenerationOutput, NonFiniteLogitsError, generate
 
 __version__ = "0.1.0"
 

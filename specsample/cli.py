@@ -84,7 +84,7 @@ def _resolve_gamma(target, draft, prompts, args, prompt_lengths=None) -> None:
   """Replaces --gamma auto by the tuned gamma (measured once, before the timed runs)."""
   if args.gamma != "auto":
     return
-  from specsample.decoding.tuning import tune_gamma
+  from specsample.bench.tuning import tune_gamma
 
   sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
   choice = tune_gamma(

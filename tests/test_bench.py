@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 from specsample import SamplingConfig, generate
-from specsample.bench import output, pair
-from specsample.bench.pair import BenchSettings, StepCosts, analytic_alpha, bench_pair
+from specsample.bench import output, pair, timing
+from specsample.bench.pair import BenchSettings, StepCosts, alpha_along_target_outputs, bench_pair
 from specsample.bench.timing import time_call
 from specsample.core.speedup import expected_tokens_per_iteration
-from specsample.decoding import tuning
 from specsample.models import MarkovLM
 
 PROMPTS = [[1, 2], [3], [4, 5, 1], [2]]
@@ -42,11 +41,8 @@ def test_timing_helpers_exclude_the_compiling_first_call(monkeypatch):
     clock.now += next(durations)
     return 0
 
-  monkeypatch.setattr(tuning.time, "perf_counter", clock.perf_counter)
-  assert tuning.median_seconds(fn, repeats=3) == 2.0
-  from specsample.bench import timing
-
   monkeypatch.setattr(timing.time, "perf_counter", clock.perf_counter)
+  assert timing.interleaved_medians([fn], repeats=3) == [2.0]
   result, _ = time_call(fn, repeats=3)
   assert result.seconds == (1.0, 3.0, 2.0) and result.median == 2.0
   assert result.first_call_seconds == 100.0 and result.compile_seconds == 98.0
@@ -64,12 +60,12 @@ def test_analytic_alpha_matches_the_toy_models_exact_overlap(temperature):
   sampling = SamplingConfig(temperature=temperature)
   out = generate(target, PROMPTS, max_new_tokens=6, sampling=sampling, seed=3)
   sequences, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
-  beta = target.analytic_alpha(draft, sampling)  # [vocab]: overlap after each token
+  beta = target.acceptance_probabilities(draft, sampling)  # [vocab]: overlap after each token
   expected = []
   for prompt, row, length in zip(PROMPTS, sequences, lengths, strict=True):
     contexts = [prompt[-1]] + row[: length - 1].tolist()
     expected += [beta[c] for c in contexts]
-  measured = analytic_alpha(target, draft, PROMPTS, sequences, lengths, sampling)
+  measured = alpha_along_target_outputs(target, draft, PROMPTS, sequences, lengths, sampling)
   assert measured == pytest.approx(np.mean(expected), abs=1e-6)
 
 
@@ -215,7 +211,7 @@ def test_interleaved_medians_time_every_call_once_per_round(monkeypatch):
 
     return run
 
-  monkeypatch.setattr(tuning.time, "perf_counter", clock.perf_counter)
-  medians = tuning.interleaved_medians([call("spec", 2.0), call("ar", 3.0)], repeats=3)
+  monkeypatch.setattr(timing.time, "perf_counter", clock.perf_counter)
+  medians = timing.interleaved_medians([call("spec", 2.0), call("ar", 3.0)], repeats=3)
   assert medians == [2.0, 3.0]
   assert log == ["spec", "ar"] * 4

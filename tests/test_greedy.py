@@ -116,17 +116,10 @@ def test_one_token_catch_up_equals_the_two_token_call_when_no_row_owes_two():
   prompts = jnp.array([[3, 4, 5, 1], [6, 1, 0, 0]], jnp.int32)
   state, start = draft.init_state(prompts, jnp.array([4, 2], jnp.int32), 12)
   _, state = draft.extend(state, jnp.array([[start[0], 7, 8], [start[1], 9, 0]]), jnp.array([3, 2]))
-  loop_state = spec.SpeculativeLoopState(
-    target_state=None, draft_state=state, last_token=None,
-    draft_pending=jnp.array([[10, 0], [11, 0]], jnp.int32),
-    draft_num_pending=jnp.array([1, 1], jnp.int32),
-    tokens=None, lengths=None, done=None, target_nonfinite=None, draft_nonfinite=None,
-    key=None, iterations=None, row_iterations=None, accepted=None, rejected=None,
-    accepted_histogram=None, trace=None,
-  )  # fmt: skip
+  pending = jnp.array([[10, 0], [11, 0]], jnp.int32)
   catch_up = jnp.array([1, 0], jnp.int32)  # row 1 is done: it does not advance
-  one_logits, one_state = spec._catch_up_one(draft, loop_state, catch_up)
-  two_logits, two_state = spec._catch_up_two(draft, loop_state, catch_up)
+  one_logits, one_state = spec._catch_up_one(draft, state, pending, catch_up)
+  two_logits, two_state = spec._catch_up_two(draft, state, pending, catch_up)
   np.testing.assert_allclose(one_logits, two_logits, atol=1e-5)
   np.testing.assert_array_equal(one_state.end_index, two_state.end_index)
   np.testing.assert_array_equal(one_state.end_index, state.end_index + catch_up)

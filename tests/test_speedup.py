@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import pytest
 
 from specsample.core import (
-  analytic_alpha,
   best_gamma,
   expected_accepted_tokens,
   expected_tokens_per_iteration,
+  mean_acceptance_probability,
   theoretical_speedup,
 )
 
@@ -42,10 +42,10 @@ def test_best_gamma_is_the_argmax():
   assert best_gamma(0.8, 0.05, 1.0) > 3
 
 
-def test_analytic_alpha():
+def test_mean_acceptance_probability():
   p = jnp.array([[2 / 3, 1 / 3], [0.5, 0.5]])
   q = jnp.array([[1 / 3, 2 / 3], [0.5, 0.5]])
-  assert float(analytic_alpha(p, q)) == pytest.approx((2 / 3 + 1.0) / 2)
+  assert float(mean_acceptance_probability(p, q)) == pytest.approx((2 / 3 + 1.0) / 2)
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import pytest
 
 from specsample import SamplingConfig, generate, speculative_generate
+from specsample.bench import costs, timing, tuning
 from specsample.cli import _gamma_value
 from specsample.core import theoretical_speedup
-from specsample.decoding import tuning
 from specsample.models import MarkovLM
 
 PROMPTS = [[1, 2], [3], [4, 5, 1]]
@@ -92,6 +92,10 @@ def test_bad_gamma_values():
   target, draft = pair()
   with pytest.raises(ValueError, match='"auto"'):
     speculative_generate(target, draft, PROMPTS, gamma="fast", max_new_tokens=4)
+  from specsample.decoding import speculative_generate as loop_only
+
+  with pytest.raises(ValueError, match="specsample.speculative_generate"):
+    loop_only(target, draft, PROMPTS, gamma="auto", max_new_tokens=4)
   with pytest.raises(ValueError, match="gamma"):
     speculative_generate(target, draft, PROMPTS, gamma=0, max_new_tokens=4)
   assert _gamma_value("auto") == "auto" and _gamma_value("3") == 3
@@ -113,11 +117,11 @@ def test_interleaved_step_timing_times_every_step_once_per_round(monkeypatch):
     clock[0] += durations[id(model), tokens.shape[1]] * (100 if len(order) <= 3 else 1)
     return tokens
 
-  monkeypatch.setattr(tuning, "_extend_calls", fake_calls)
-  monkeypatch.setattr(tuning.time, "perf_counter", lambda: clock[0])
+  monkeypatch.setattr(costs, "_extend_calls", fake_calls)
+  monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
   prompts = jnp.array([[1, 2]], jnp.int32)
   steps = [(target, 1), (target, 3), (draft, 1)]
-  seconds = tuning.interleaved_step_seconds(steps, prompts, repeats=4, calls=10)
+  seconds = costs.interleaved_step_seconds(steps, prompts, repeats=4, calls=10)
   assert seconds == pytest.approx([0.1, 0.2, 0.05])
   keys = [(id(m), k) for m, k in steps]
   assert order == keys * 5  # one untimed round, then 4 interleaved rounds

@@ -17,12 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specsample.bench.costs import clear_step_programs, interleaved_step_seconds
 from specsample.bench.phases import PhaseBreakdown, phase_breakdown
+from specsample.bench.timing import interleaved_medians
 from specsample.core import SamplingConfig, best_gamma, theoretical_speedup
 from specsample.core.sampling import logits_to_probs
 from specsample.core.speedup import expected_tokens_per_iteration
 from specsample.decoding import clear_compiled_programs, generate, speculative_generate
-from specsample.decoding.tuning import interleaved_medians, interleaved_step_seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +152,7 @@ def pad_to_width(prompts: Sequence[Sequence[int]], width: int) -> tuple[np.ndarr
   return array, lengths
 
 
-def analytic_alpha(
+def alpha_along_target_outputs(
   target, draft, prompts, sequences: np.ndarray, lengths: np.ndarray, sampling: SamplingConfig
 ) -> float:
   """alpha = E[sum_x min(p(x), q(x))] along the target's own outputs.
@@ -258,7 +259,9 @@ def bench_pair(
     ar_seconds[temperature], outputs, _ = timed_total(plain)
     sequences = np.concatenate([np.asarray(o.tokens) for o in outputs])
     out_lengths = np.concatenate([np.asarray(o.lengths) for o in outputs])
-    alphas[temperature] = analytic_alpha(target, draft, prompts, sequences, out_lengths, sampling)
+    alphas[temperature] = alpha_along_target_outputs(
+      target, draft, prompts, sequences, out_lengths, sampling
+    )
     for rule in settings.rules:
       for gamma in settings.gammas:
         tick(f"gamma {gamma}, {rule}, temperature {temperature:g}")
@@ -271,6 +274,7 @@ def bench_pair(
         # sweep of a deep model would otherwise exhaust vm.max_map_count on CPU).
         clear_compiled_programs(speculative_only=True)
     clear_compiled_programs()
+    clear_step_programs()
 
   report = PairReport(
     settings=settings,
@@ -301,6 +305,7 @@ def bench_pair(
       tick(f"batch {size}, gamma {gamma}, temperature {temperature:g}")
       batch.append(_batch_point(target, draft, prompts, size, gamma, temperature, settings))
       clear_compiled_programs()
+      clear_step_programs()
   return dataclasses.replace(report, batch=batch, phases=phases)
 
 

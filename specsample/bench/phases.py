@@ -33,9 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specsample.bench.costs import clear_step_programs
+from specsample.bench.timing import interleaved_medians
 from specsample.core import SamplingConfig
 from specsample.decoding import clear_compiled_programs, generate, speculative_generate
-from specsample.decoding.tuning import interleaved_medians
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +160,7 @@ def phase_breakdown(
   for program in (_prefill, _speculative_calls, _autoregressive_calls):
     program.clear_cache()
   clear_compiled_programs()
+  clear_step_programs()
   return PhaseBreakdown(
     gamma=gamma,
     temperature=sampling.temperature,

@@ -1,11 +1,17 @@
-"""Wall-clock timing of jitted calls, with compilation measured apart from the runs."""
+"""Wall-clock timing of jitted calls, with compilation measured apart from the runs.
+
+One timer serves every measurement (`time_calls`): each call runs once untimed (it
+compiles), then `repeats` rounds time every call once in turn, so that a slow or fast
+spell of a shared machine lands on all of them alike. Compare ratios of calls timed in
+the same rounds, not absolute times from different runs.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -26,19 +32,38 @@ class Timing:
     return max(0.0, self.first_call_seconds - self.median)
 
 
-def time_call(fn: Callable[[], Any], *, repeats: int = 5) -> tuple[Timing, Any]:
-  """Calls fn once to compile, then `repeats` times; waits for device results each time.
+def time_calls(
+  calls: Sequence[Callable[[], Any]], *, repeats: int
+) -> tuple[list[Timing], list[Any]]:
+  """Times each call side by side; waits for device results every time.
 
-  Returns the timing and the last result.
+  Returns one Timing per call (in order) and each call's last result.
   """
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
-  start = time.perf_counter()
-  result = jax.block_until_ready(fn())
-  first = time.perf_counter() - start
-  runs = []
-  for _ in range(repeats):
+  first, results = [], []
+  for call in calls:
     start = time.perf_counter()
-    result = jax.block_until_ready(fn())
-    runs.append(time.perf_counter() - start)
-  return Timing(first_call_seconds=first, seconds=tuple(runs)), result
+    results.append(jax.block_until_ready(call()))
+    first.append(time.perf_counter() - start)
+  runs: list[list[float]] = [[] for _ in calls]
+  for _ in range(repeats):
+    for index, call in enumerate(calls):
+      start = time.perf_counter()
+      results[index] = jax.block_until_ready(call())
+      runs[index].append(time.perf_counter() - start)
+  timings = [
+    Timing(first_call_seconds=f, seconds=tuple(r)) for f, r in zip(first, runs, strict=True)
+  ]
+  return timings, results
+
+
+def time_call(fn: Callable[[], Any], *, repeats: int = 5) -> tuple[Timing, Any]:
+  """`time_calls` of one call: (its Timing, its last result)."""
+  timings, results = time_calls([fn], repeats=repeats)
+  return timings[0], results[0]
+
+
+def interleaved_medians(calls: Sequence[Callable[[], Any]], *, repeats: int) -> list[float]:
+  """The median seconds of each call, timed side by side (`time_calls`)."""
+  return [timing.median for timing in time_calls(calls, repeats=repeats)[0]]

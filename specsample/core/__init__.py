@@ -17,16 +17,17 @@ from specsample.core.sampling import (
 )
 from specsample.core.speedup import (
   acceptance_probability,
-  analytic_alpha,
   best_gamma,
   expected_accepted_tokens,
   expected_tokens_per_iteration,
+  mean_acceptance_probability,
   theoretical_speedup,
 )
 from specsample.core.verification import (
   VERIFICATION_RULES,
   Verdict,
   VerificationRule,
+  block_acceptance_probabilities,
   verify,
   verify_block,
   verify_greedy,
@@ -42,7 +43,7 @@ __all__ = [
   "Verdict",
   "VerificationRule",
   "acceptance_probability",
-  "analytic_alpha",
+  "mean_acceptance_probability",
   "argmax_tokens",
   "best_gamma",
   "expected_accepted_tokens",
@@ -52,6 +53,7 @@ __all__ = [
   "sample_from_probs",
   "theoretical_speedup",
   "verify",
+  "block_acceptance_probabilities",
   "verify_block",
   "verify_greedy",
   "verify_tokenwise",

@@ -73,6 +73,6 @@ def acceptance_probability(draft_probs: jax.Array, target_probs: jax.Array) -> j
   return jnp.sum(jnp.minimum(draft_probs, target_probs), axis=-1)
 
 
-def analytic_alpha(draft_probs: jax.Array, target_probs: jax.Array) -> jax.Array:
+def mean_acceptance_probability(draft_probs: jax.Array, target_probs: jax.Array) -> jax.Array:
   """alpha = E[beta], averaged over every leading position.  [..., vocab] x2 -> scalar."""
   return jnp.mean(acceptance_probability(draft_probs, target_probs))

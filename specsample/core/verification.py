@@ -104,28 +104,25 @@ def verify_tokenwise(
   return Verdict(num_accepted, next_token)
 
 
-def verify_block(
-  key: jax.Array, draft_tokens: jax.Array, draft_probs: jax.Array, target_probs: jax.Array
-) -> Verdict:
-  """Block verification (Sun et al. 2024), as stated in design.md section 5.
+def block_acceptance_probabilities(
+  draft_tokens: jax.Array, draft_probs: jax.Array, target_probs: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+  """The deterministic half of block verification: (P, h) for each row's draft block.
 
-  With P_0 = 1:
-    P_i = min(1, P_{i-1} q_i(x_i) / p_i(x_i))
-    S_i = sum_x max(0, P_i q_{i+1}(x) - p_{i+1}(x))          (i < gamma)
-    h_i = S_i / (S_i + 1 - P_i)  (1 if that is 0/0),  h_gamma = P_gamma
-  accept x_1..x_tau with tau = max{i : eta_i < h_i} (0 if none), then sample from
-  norm(max(0, P_tau q_{tau+1} - p_{tau+1})), which is q_{gamma+1} when tau = gamma.
+  P float32[batch, gamma + 1]: P_0 = 1, P_i = min(1, P_{i-1} q_i(x_i) / p_i(x_i));
+  h float32[batch, gamma]: h_i = S_i / (S_i + 1 - P_i) (1 if that is 0/0) for i < gamma,
+  with S_i = sum_x max(0, P_i q_{i+1}(x) - p_{i+1}(x)), and h_gamma = P_gamma.
+  `verify_block` accepts x_1..x_tau with tau = max{i : eta_i < h_i}, eta_i ~ U(0, 1).
   """
   _check_shapes(draft_tokens, draft_probs, target_probs)
   batch, gamma = draft_tokens.shape
-  accept_key, residual_key = jax.random.split(key)
   p_x = _token_probs(draft_probs, draft_tokens)  # [batch, gamma]
   q_x = _token_probs(target_probs[:, :gamma], draft_tokens)  # [batch, gamma]
   ratio = q_x / jnp.where(p_x > 0, p_x, 1.0)  # p(x) > 0 for every drawn token
 
   # P: [batch, gamma + 1], the running "probability mass still owed" along the block.
   weights = [jnp.ones((batch,), jnp.float32)]
-  for i in range(gamma):  # gamma is small and static
+  for i in range(gamma):  # gamma is static and bounded
     weights.append(jnp.minimum(1.0, weights[-1] * ratio[:, i]))
   weight = jnp.stack(weights, axis=1)
 
@@ -137,8 +134,21 @@ def verify_block(
   denominator = residual_mass + 1.0 - weight[:, 1:gamma]
   safe_denominator = jnp.where(denominator > 0, denominator, 1.0)
   h_inner = jnp.where(denominator > 0, residual_mass / safe_denominator, 1.0)
-  h = jnp.concatenate([h_inner, weight[:, gamma:]], axis=1)  # [batch, gamma]: h_1..h_gamma
+  return weight, jnp.concatenate([h_inner, weight[:, gamma:]], axis=1)  # h_1..h_gamma
 
+
+def verify_block(
+  key: jax.Array, draft_tokens: jax.Array, draft_probs: jax.Array, target_probs: jax.Array
+) -> Verdict:
+  """Block verification (Sun et al. 2024), as stated in design.md section 5.
+
+  With P and h from `block_acceptance_probabilities`: accept x_1..x_tau with
+  tau = max{i : eta_i < h_i} (0 if none), then sample from
+  norm(max(0, P_tau q_{tau+1} - p_{tau+1})), which is q_{gamma+1} when tau = gamma.
+  """
+  batch, gamma = draft_tokens.shape
+  accept_key, residual_key = jax.random.split(key)
+  weight, h = block_acceptance_probabilities(draft_tokens, draft_probs, target_probs)
   eta = jax.random.uniform(accept_key, (batch, gamma))
   positions = jnp.arange(1, gamma + 1, dtype=jnp.int32)  # [gamma]
   num_accepted = jnp.max(jnp.where(eta < h, positions, 0), axis=1).astype(jnp.int32)  # tau

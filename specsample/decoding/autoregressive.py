@@ -18,6 +18,7 @@ from specsample.decoding.inputs import (
   check_sampling,
   make_key,
   prepare_prompts,
+  prompt_pad_id,
 )
 from specsample.decoding.outputs import DecodingStats, GenerationOutput, raise_on_nonfinite
 
@@ -38,7 +39,7 @@ class AutoregressiveLoopState:
   lengths: jax.Array  # int32[batch]
   done: jax.Array  # bool[batch]
   nonfinite: jax.Array  # bool[batch]: the model's logits went bad in this row
-  steps: jax.Array  # int32[]: batched forward passes so far
+  target_calls: jax.Array  # int32[]: batched forward passes so far
   iterations: jax.Array  # int32[batch]: forward passes each row took part in
   key: jax.Array
 
@@ -59,7 +60,7 @@ def _generate_loop(
     lengths=jnp.zeros((batch,), jnp.int32),
     done=jnp.zeros((batch,), bool),
     nonfinite=jnp.zeros((batch,), bool),
-    steps=jnp.zeros((), jnp.int32),
+    target_calls=jnp.zeros((), jnp.int32),
     iterations=jnp.zeros((batch,), jnp.int32),
     key=key,
   )
@@ -81,7 +82,7 @@ def _generate_loop(
       lengths=lengths,
       done=done,
       nonfinite=nonfinite,
-      steps=s.steps + 1,
+      target_calls=s.target_calls + 1,
       iterations=s.iterations + num_valid,
       key=key,
     )
@@ -89,13 +90,12 @@ def _generate_loop(
   final = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, init)
   zeros = jnp.zeros((batch,), jnp.int32)
   stats = DecodingStats(
-    target_calls=final.steps,
+    target_calls=final.target_calls,
     draft_calls=jnp.zeros((), jnp.int32),
     iterations=final.iterations,
     drafted=zeros,
     accepted=zeros,
     rejected=zeros,
-    accepted_histogram=jnp.sum(final.iterations, keepdims=True),
   )
   output = GenerationOutput(tokens=final.tokens, lengths=final.lengths, stats=stats)
   return output, final.nonfinite
@@ -133,7 +133,11 @@ def generate(
     sampling=check_sampling(sampling),
   )
   prompts, prompt_lengths = prepare_prompts(
-    prompts, prompt_lengths, vocab_size=model.vocab_size, pad_id=model.pad_id
+    prompts,
+    prompt_lengths,
+    vocab_size=model.vocab_size,
+    pad_id=model.pad_id,
+    prompt_pad_id=prompt_pad_id(model),
   )
   key = make_key(seed)  # after every input check: a key is a first computation
   output, nonfinite = _generate_compiled(model, prompts, prompt_lengths, key, settings)

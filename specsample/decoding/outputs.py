@@ -50,7 +50,8 @@ class DecodingStats:
   """Counters of one decoding run. Speculative and autoregressive runs share this type.
 
   A row takes part in an iteration while it is not finished; each iteration is one
-  batched target call (and, when speculating, gamma draft calls).
+  batched target call (and, when speculating, gamma draft calls). `target_calls` counts
+  the batched calls, `iterations` the calls each row took part in.
   """
 
   target_calls: jax.Array  # int32[]: batched target forward passes
@@ -59,11 +60,14 @@ class DecodingStats:
   drafted: jax.Array  # int32[batch]: draft tokens proposed to each row
   accepted: jax.Array  # int32[batch]: draft tokens accepted in each row
   rejected: jax.Array  # int32[batch]: iterations that stopped at a rejected draft token
-  accepted_histogram: jax.Array  # int32[gamma + 1]: row-iterations with n accepted
+  # int32[gamma + 1]: row-iterations with n accepted; None for autoregressive decoding
+  accepted_histogram: jax.Array | None = None
 
   @property
   def gamma(self) -> int:
     """Draft tokens per iteration of the run (0 for autoregressive decoding)."""
+    if self.accepted_histogram is None:
+      return 0
     return int(self.accepted_histogram.shape[-1]) - 1
 
   @property

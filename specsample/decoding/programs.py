@@ -12,14 +12,15 @@ is done with them.
 
 from __future__ import annotations
 
-from specsample.decoding import autoregressive, speculative, tuning
+from specsample.decoding import autoregressive, speculative
 
 
 def clear_compiled_programs(*, speculative_only: bool = False) -> None:
   """Drops the cached compiled programs of the speculative loop and, unless
-  `speculative_only`, of plain decoding and step timing too. Later calls compile again."""
+  `speculative_only`, of plain decoding too. Later calls compile again.
+  (`specsample.bench.costs.clear_step_programs` drops the step-timing programs.)"""
   programs = [speculative._speculative_compiled]
   if not speculative_only:
-    programs += [autoregressive._generate_compiled, tuning._init, tuning._extend_calls]
+    programs.append(autoregressive._generate_compiled)
   for program in programs:
     program.clear_cache()

@@ -33,19 +33,19 @@ from specsample.core.verification import (
   verify_greedy,
 )
 from specsample.decoding.commit import commit, draw
+from specsample.decoding.counters import LoopCounters
 from specsample.decoding.inputs import (
   check_model,
   check_positive_int,
   check_sampling,
   make_key,
   prepare_prompts,
+  prompt_pad_id,
 )
-from specsample.decoding.outputs import (
-  DecodingStats,
-  GenerationOutput,
-  SpeculativeTrace,
-  raise_on_nonfinite,
-)
+from specsample.decoding.outputs import GenerationOutput, SpeculativeTrace, raise_on_nonfinite
+
+MAX_GAMMA = 64  # draft tokens per iteration at most (the paper's best are 3-7)
+MAX_UNROLLED_GAMMA = 16  # the draft's steps are unrolled up to here (faster on CPU), looped beyond
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,15 +69,8 @@ class SpeculativeLoopState:
   tokens: jax.Array  # int32[batch, max_new_tokens]
   lengths: jax.Array  # int32[batch]
   done: jax.Array  # bool[batch]
-  target_nonfinite: jax.Array  # bool[batch]
-  draft_nonfinite: jax.Array  # bool[batch]
   key: jax.Array
-  # statistics
-  iterations: jax.Array  # int32[]: loop iterations = batched target calls
-  row_iterations: jax.Array  # int32[batch]
-  accepted: jax.Array  # int32[batch]
-  rejected: jax.Array  # int32[batch]
-  accepted_histogram: jax.Array  # int32[gamma + 1]
+  counters: LoopCounters
   trace: SpeculativeTrace | None  # per-iteration record, when asked for
 
 
@@ -98,7 +91,13 @@ def _draft_block(
   one = active.astype(jnp.int32)  # [batch]: 1 for rows that advance
   catch_up = jnp.where(active, s.draft_num_pending, 0)
   first_logits, draft_state = jax.lax.cond(
-    jnp.any(catch_up == 2), _catch_up_two, _catch_up_one, draft, s, catch_up
+    jnp.any(catch_up == 2),
+    _catch_up_two,
+    _catch_up_one,
+    draft,
+    s.draft_state,
+    s.draft_pending,
+    catch_up,
   )  # [batch, vocab]
   need_probs = settings.rule != "greedy"  # greedy verification compares tokens only
   token, probs = draw(step_keys[0], first_logits, settings.sampling, need_probs=need_probs)
@@ -110,7 +109,7 @@ def _draft_block(
     return (draft_state, next_token), (next_token, probs, nonfinite_logits(logits[:, 0]))
 
   (draft_state, _), (rest_tokens, rest_probs, rest_bad) = jax.lax.scan(
-    draft_step, (draft_state, token), step_keys[1:], unroll=True
+    draft_step, (draft_state, token), step_keys[1:], unroll=settings.gamma <= MAX_UNROLLED_GAMMA
   )  # rest_tokens: [gamma - 1, batch], rest_probs: [gamma - 1, batch, vocab]
   tokens = jnp.concatenate([token[:, None], rest_tokens.T], axis=1)  # [batch, gamma]
   if need_probs:  # [batch, gamma, vocab]
@@ -119,20 +118,21 @@ def _draft_block(
   return tokens, probs, draft_state, bad
 
 
-def _catch_up_two(draft, s: SpeculativeLoopState, catch_up: jax.Array):
-  """The draft catches up on its 1 or 2 pending tokens per row in one 2-token call.
+def _catch_up_two(draft, draft_state, pending: jax.Array, catch_up: jax.Array):
+  """The draft catches up on its 1 or 2 pending tokens (pending int32[batch, 2], catch_up
+  int32[batch] of them per row) in one 2-token call.
 
   Returns the logits after each row's last pending token [batch, vocab] and the state.
   """
-  logits, draft_state = draft.extend(s.draft_state, s.draft_pending, catch_up)  # [batch, 2, vocab]
-  last_pending = jnp.maximum(s.draft_num_pending - 1, 0)
+  logits, draft_state = draft.extend(draft_state, pending, catch_up)  # [batch, 2, vocab]
+  last_pending = jnp.maximum(catch_up - 1, 0)
   return jnp.take_along_axis(logits, last_pending[:, None, None], axis=1)[:, 0], draft_state
 
 
-def _catch_up_one(draft, s: SpeculativeLoopState, catch_up: jax.Array):
+def _catch_up_one(draft, draft_state, pending: jax.Array, catch_up: jax.Array):
   """The same when no row owes two tokens: a 1-token call, which costs less than a 2-token
   one on CPUs (a matrix-vector product, and no second position to compute)."""
-  logits, draft_state = draft.extend(s.draft_state, s.draft_pending[:, :1], catch_up)
+  logits, draft_state = draft.extend(draft_state, pending[:, :1], catch_up)
   return logits[:, 0], draft_state
 
 
@@ -149,7 +149,6 @@ def _speculative_loop(
   num_new_positions = settings.max_new_tokens + gamma + 1  # room for a full block at the end
   target_state, pending = target.init_state(prompts, prompt_lengths, num_new_positions)
   draft_state, draft_pending = draft.init_state(prompts, prompt_lengths, num_new_positions)
-  zeros = jnp.zeros((batch,), jnp.int32)
   init = SpeculativeLoopState(
     target_state=target_state,
     draft_state=draft_state,
@@ -157,16 +156,10 @@ def _speculative_loop(
     draft_pending=jnp.stack([draft_pending, jnp.full_like(draft_pending, target.pad_id)], 1),
     draft_num_pending=jnp.ones((batch,), jnp.int32),
     tokens=jnp.full((batch, settings.max_new_tokens), target.pad_id, jnp.int32),
-    lengths=zeros,
+    lengths=jnp.zeros((batch,), jnp.int32),
     done=jnp.zeros((batch,), bool),
-    target_nonfinite=jnp.zeros((batch,), bool),
-    draft_nonfinite=jnp.zeros((batch,), bool),
     key=key,
-    iterations=jnp.zeros((), jnp.int32),
-    row_iterations=zeros,
-    accepted=zeros,
-    rejected=zeros,
-    accepted_histogram=jnp.zeros((gamma + 1,), jnp.int32),
+    counters=LoopCounters.zeros(batch, gamma),
     trace=_empty_trace(batch, settings) if settings.record_trace else None,
   )
 
@@ -190,14 +183,10 @@ def _speculative_loop(
     else:
       q = logits_to_probs(target_logits, settings.sampling)
       n, y = verify(settings.rule, verify_key, x, p, q)
-    # Rows whose verdict used NaN/inf logits (q_1..q_{n+1}, p_1..p_{n+1}) are stopped
-    # and reported; later positions were never looked at.
-    offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
-    used = (offsets <= n[:, None]) & active[:, None]  # [batch, gamma + 1]
-    target_bad = jnp.any(nonfinite_logits(target_logits) & used, axis=1)
-    draft_bad = jnp.any(draft_bad & used[:, :gamma], axis=1)
+    target_bad, draft_bad = _bad_logits_used(target_logits, draft_bad, n, active)
 
     # 4. Commit x_1..x_n, y (rows with bad logits commit nothing and stop).
+    offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
     x_then_y = jnp.where(offsets == n[:, None], y[:, None], jnp.pad(x, ((0, 0), (0, 1))))
     stopped = s.done | target_bad | draft_bad
     tokens, lengths, done = commit(
@@ -214,18 +203,8 @@ def _speculative_loop(
     pending_if_not = jnp.stack([y, jnp.full_like(y, target.pad_id)], axis=1)
     new_pending = jnp.where(all_accepted[:, None], pending_if_all, pending_if_not)
 
-    counted = active & ~(target_bad | draft_bad)  # [batch]: row-iterations in the statistics
-    trace = s.trace
-    if trace is not None:
-      i = s.iterations
-      trace = trace.replace(
-        drafts=trace.drafts.at[i].set(x),
-        accepted=trace.accepted.at[i].set(n),
-        next_token=trace.next_token.at[i].set(y),
-        active=trace.active.at[i].set(counted),
-      )
+    counters = s.counters.record(active=active, n=n, target_bad=target_bad, draft_bad=draft_bad)
     return s.replace(
-      trace=trace,
       target_state=target_state,
       draft_state=draft_state,
       last_token=jnp.where(active, y, s.last_token),
@@ -234,31 +213,41 @@ def _speculative_loop(
       tokens=tokens,
       lengths=lengths,
       done=done,
-      target_nonfinite=s.target_nonfinite | target_bad,
-      draft_nonfinite=s.draft_nonfinite | draft_bad,
       key=key,
-      iterations=s.iterations + 1,
-      row_iterations=s.row_iterations + counted,
-      accepted=s.accepted + jnp.where(counted, n, 0),
-      rejected=s.rejected + (counted & ~all_accepted),
-      accepted_histogram=s.accepted_histogram
-      + jnp.sum(jax.nn.one_hot(n, gamma + 1, dtype=jnp.int32) * counted[:, None], axis=0),
+      counters=counters,
+      trace=_record_trace(s, x, n, y, counted=active & ~(target_bad | draft_bad)),
     )
 
   final = jax.lax.while_loop(lambda s: ~jnp.all(s.done), iteration, init)
-  stats = DecodingStats(
-    target_calls=final.iterations,
-    draft_calls=final.iterations * gamma,
-    iterations=final.row_iterations,
-    drafted=final.row_iterations * gamma,
-    accepted=final.accepted,
-    rejected=final.rejected,
-    accepted_histogram=final.accepted_histogram,
-  )
   output = GenerationOutput(
-    tokens=final.tokens, lengths=final.lengths, stats=stats, trace=final.trace
+    tokens=final.tokens, lengths=final.lengths, stats=final.counters.stats(), trace=final.trace
   )
-  return output, {"target": final.target_nonfinite, "draft": final.draft_nonfinite}
+  flags = {"target": final.counters.target_nonfinite, "draft": final.counters.draft_nonfinite}
+  return output, flags
+
+
+def _bad_logits_used(
+  target_logits: jax.Array, draft_bad: jax.Array, n: jax.Array, active: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+  """Rows whose verdict used NaN/inf logits: q_1..q_{n+1} and p_1..p_{n+1} (later
+  positions were never looked at).  -> (target_bad, draft_bad), bool[batch] each."""
+  gamma = draft_bad.shape[1]
+  offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
+  used = (offsets <= n[:, None]) & active[:, None]  # [batch, gamma + 1]
+  target_bad = jnp.any(nonfinite_logits(target_logits) & used, axis=1)
+  return target_bad, jnp.any(draft_bad & used[:, :gamma], axis=1)
+
+
+def _record_trace(s: SpeculativeLoopState, x, n, y, *, counted) -> SpeculativeTrace | None:
+  if s.trace is None:
+    return None
+  i = s.counters.target_calls
+  return s.trace.replace(
+    drafts=s.trace.drafts.at[i].set(x),
+    accepted=s.trace.accepted.at[i].set(n),
+    next_token=s.trace.next_token.at[i].set(y),
+    active=s.trace.active.at[i].set(counted),
+  )
 
 
 def _empty_trace(batch: int, settings: SpeculativeSettings) -> SpeculativeTrace:
@@ -280,7 +269,7 @@ def speculative_generate(
   draft: LanguageModel,
   prompts,
   *,
-  gamma: int | str = 4,
+  gamma: int = 4,
   max_new_tokens: int,
   sampling: SamplingConfig | None = None,
   verification: str | VerificationRule = "token",
@@ -295,11 +284,8 @@ def speculative_generate(
     draft: the cheaper model that proposes tokens; same vocabulary as the target.
     prompts: int[batch, prompt_length] (with optional `prompt_lengths`), or a list of
       token lists of any lengths.
-    gamma: draft tokens proposed per iteration (static), or "auto": measure alpha, c and
-      r on these prompts and take the gamma the speedup model prefers (see
-      `decoding.tuning.tune_gamma`; it costs a probe run and a few compilations each
-      call, so tune once and pass the number when decoding many batches). The gamma
-      used is `output.stats.gamma`.
+    gamma: draft tokens proposed per iteration (static), 1..MAX_GAMMA.
+      (`specsample.speculative_generate` also takes "auto".)
     max_new_tokens: tokens to generate per row at most (rows also end at the target's EOS).
     sampling: temperature / top-k / top-p, applied identically to draft and target.
       Temperature 0 decodes greedily and then equals greedy `generate` token for token.
@@ -326,20 +312,21 @@ def speculative_generate(
     )
   sampling = check_sampling(sampling)
   if isinstance(gamma, str):
-    if gamma != "auto":
-      raise ValueError(f'gamma must be a positive int or "auto", got {gamma!r}')
-    from specsample.decoding.tuning import tune_gamma
-
-    gamma = tune_gamma(
-      target,
-      draft,
-      prompts,
-      sampling=sampling,
-      verification=verification,
-      prompt_lengths=prompt_lengths,
-      seed=seed,
-    ).gamma
+    raise ValueError(
+      f"gamma must be a positive int, got {gamma!r}"
+      + (
+        ' (gamma="auto" measures this machine: use specsample.speculative_generate, or '
+        "specsample.bench.tune_gamma once and pass its gamma)"
+        if gamma == "auto"
+        else ""
+      )
+    )
   gamma = check_positive_int("gamma", gamma)
+  if gamma > MAX_GAMMA:
+    raise ValueError(
+      f"gamma must be <= {MAX_GAMMA}, got {gamma}: each iteration drafts gamma tokens one "
+      "by one, and acceptance falls off long before that (the paper's best gammas are 3-7)"
+    )
   if not callable(verification) and verification not in VERIFICATION_RULES:
     raise ValueError(
       f"unknown verification {verification!r}; expected one of {VERIFICATION_RULES} "
@@ -358,7 +345,11 @@ def speculative_generate(
     record_trace=bool(trace),
   )
   prompts, prompt_lengths = prepare_prompts(
-    prompts, prompt_lengths, vocab_size=target.vocab_size, pad_id=target.pad_id
+    prompts,
+    prompt_lengths,
+    vocab_size=target.vocab_size,
+    pad_id=target.pad_id,
+    prompt_pad_id=prompt_pad_id(target),
   )
   key = make_key(seed)  # after every input check: a key is a first computation
   output, nonfinite = _speculative_compiled(target, draft, prompts, prompt_lengths, key, settings)

@@ -154,8 +154,8 @@ class MarkovLM:
       distribution[output] = distribution.get(output, 0.0) + prob
     return distribution
 
-  def analytic_alpha(self, draft: MarkovLM, sampling: SamplingConfig) -> np.ndarray:
+  def acceptance_probabilities(self, draft: MarkovLM, sampling: SamplingConfig) -> np.ndarray:
     """sum_x min(p, q) for every context.  -> float64[vocab]*order (needs the same order)."""
     if draft.logits_table.shape != self.logits_table.shape:
-      raise ValueError("analytic_alpha needs a draft of the same vocabulary and order")
+      raise ValueError("acceptance_probabilities needs a draft of the same vocabulary and order")
     return np.minimum(draft.next_token_probs(sampling), self.next_token_probs(sampling)).sum(-1)

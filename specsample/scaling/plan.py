@@ -1,6 +1,7 @@
 """Memory planning before anything is loaded: bytes per device of a target/draft pair.
 
-Parameter shapes come from `jax.eval_shape` of the model's initialisation (no arrays are
+Parameter shapes come from each model config's `parameter_shapes()` (`jax.eval_shape` of
+the model's initialisation (no arrays are
 allocated, so t5-11b plans in a second), cut by the partitioning rules of
 `specsample.scaling.rules` on the given mesh. Caches are exact sizes of the decoding
 state; activations are an estimate of the largest transient buffers (one layer's worth,
@@ -13,12 +14,10 @@ import dataclasses
 import math
 from collections.abc import Mapping
 
-import jax
 import jax.numpy as jnp
 
-from specsample.models.decoder_only import DecoderOnlyConfig, DecoderOnlyNetwork
+from specsample.models.decoder_only import DecoderOnlyConfig
 from specsample.models.t5 import T5Config
-from specsample.models.t5.network import T5Network
 from specsample.scaling.rules import (
   CACHE_AXES,
   DEFAULT_RULES,
@@ -111,25 +110,9 @@ def parse_mesh(text: str | None, device_count: int | None = None) -> dict[str, i
   return mesh
 
 
-def parameter_shapes(config: T5Config | DecoderOnlyConfig) -> dict[str, tuple[int, ...]]:
-  """{"decoder/layers_0/mlp/wo/kernel": shape, ...} without allocating anything."""
-  tokens = jax.ShapeDtypeStruct((1, 2), jnp.int32)
-  if isinstance(config, T5Config):
-    abstract = jax.eval_shape(
-      lambda t: T5Network(config).init(jax.random.key(0), t, t)["params"], tokens
-    )
-  else:
-    from specsample.models.decoder_only import _empty_caches
-
-    def init(t):
-      caches = _empty_caches(config, 1, 2)
-      return DecoderOnlyNetwork(config).init(
-        jax.random.key(0), t, t, caches, jnp.zeros((1,), jnp.int32)
-      )["params"]
-
-    abstract = jax.eval_shape(init, tokens)
-  leaves = jax.tree_util.tree_flatten_with_path(abstract)[0]
-  return {"/".join(k.key for k in path): tuple(leaf.shape) for path, leaf in leaves}
+def parameter_shapes(config) -> dict[str, tuple[int, ...]]:
+  """{"decoder/layers_0/mlp/wo/kernel": shape, ...} of a model config, without allocating."""
+  return config.parameter_shapes()
 
 
 def plan_model(
@@ -144,16 +127,9 @@ def plan_model(
 
   capacity = shape.max_new_tokens + shape.gamma + 1  # what the decoding loop allocates
   k = shape.gamma + 1
-  if isinstance(config, T5Config):
-    heads, layers = config.num_heads, config.num_decoder_layers
-    cache_arrays = [(layers * 2, capacity, heads), (layers * 2, shape.input_length, heads)]
-    mlp, vocab = config.mlp_dim * len(config.mlp_activations), config.vocab_size
-    longest = shape.input_length  # the encoder pass over the whole input
-  else:
-    heads, layers = config.num_kv_heads, config.num_layers
-    cache_arrays = [(layers * 2, shape.input_length + capacity, heads)]
-    mlp, vocab = 2 * config.mlp_dim, config.vocab_size
-    longest = shape.input_length  # the prefill pass
+  cache_arrays = config.cache_arrays(shape.input_length, capacity)
+  mlp, vocab = config.mlp_hidden_width, config.vocab_size
+  longest = shape.input_length  # the encoder pass (T5) or the prefill (decoder-only)
   cache = 0
   for copies, length, num_heads in cache_arrays:
     dims = (shape.batch, length, num_heads, config.head_dim)

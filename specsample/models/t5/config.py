@@ -79,6 +79,24 @@ class T5Config:
     embedding = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
     return encoder + decoder + relpos + embedding
 
+  @property
+  def mlp_hidden_width(self) -> int:
+    """Hidden units an MLP pass holds at once (wi, or wi_0 and wi_1)."""
+    return self.mlp_dim * len(self.mlp_activations)
+
+  def cache_arrays(self, input_length: int, capacity: int) -> list[tuple[int, int, int]]:
+    """(arrays, positions, heads) of the decoding state: self-attention keys and values
+    per decoder layer over `capacity` positions, and the cross-attention keys and values
+    over the encoded input. For memory plans (scaling.plan)."""
+    layers, heads = self.num_decoder_layers, self.num_heads
+    return [(2 * layers, capacity, heads), (2 * layers, input_length, heads)]
+
+  def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+    """{"decoder/layers_0/mlp/wo/kernel": shape, ...}, computed abstractly."""
+    from specsample.models.t5.network import parameter_shapes
+
+    return parameter_shapes(self)
+
 
 def _sized(family: str, d_model, num_heads, mlp_dim, layers, head_dim=64) -> T5Config:
   """A published size of T5 v1.0 ("1.0") or v1.1 ("1.1")."""

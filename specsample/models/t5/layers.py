@@ -1,4 +1,5 @@
-"""T5 building blocks in Flax linen: RMSNorm, relative position bias, attention, MLP.
+"""T5 building blocks in Flax linen: relative position bias, attention, MLP (RMSNorm and
+the projections are the shared ones of specsample.models.layers).
 
 Parameter names and layouts follow T5X (`t5x/examples/t5/network.py`), so T5X
 checkpoints load as they are: kernels are [in, out], attention projections are flattened
@@ -18,36 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specsample.kernels import small_k
-
-MASK_BIAS = -1e10  # T5X's additive mask value
-
-
-def dense(x: jax.Array, kernel: jax.Array) -> jax.Array:
-  """x @ kernel over the last axis.  [..., in] x [in, out] -> [..., out].
-
-  Every matrix product with a weight matrix goes through here. Products with few rows
-  (decoding, the verify pass) take specsample.kernels' CPU kernel where it applies.
-  """
-  return small_k.matmul(x, kernel.astype(x.dtype))
-
-
-def dense_transposed(x: jax.Array, kernel_t: jax.Array) -> jax.Array:
-  """x @ kernel_t.T, for weights stored [out, in] (a tied embedding as the output layer).
-  [..., in] x [out, in] -> [..., out]; `dense(x, kernel_t.T)` would copy the transpose."""
-  return small_k.matmul_transposed(x, kernel_t.astype(x.dtype))
-
-
-class RMSNorm(nn.Module):
-  epsilon: float = 1e-6
-  dtype: jnp.dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
-    scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.dtype)
-    x32 = x.astype(jnp.float32)
-    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.epsilon)
-    return (x32 * scale.astype(jnp.float32)).astype(self.dtype)
+from specsample.models.layers import Projection
 
 
 def relative_position_bucket(
@@ -100,24 +72,6 @@ class RelativePositionBias(nn.Module):
     # One-hot contraction instead of a gather: [batch, q, k, buckets] x [heads, buckets].
     one_hot = jax.nn.one_hot(buckets, self.num_buckets, dtype=jnp.float32)
     return jnp.einsum("bqkn,hn->bhqk", one_hot, table.astype(jnp.float32))
-
-
-class Projection(nn.Module):
-  """A bias-free linear map with a T5X-style [in, out] kernel named `kernel`.
-
-  Initialised with variance 1/fan_in, times `init_scale` (T5X divides the query kernel by
-  sqrt(head_dim) because T5 does not scale attention logits at run time).
-  """
-
-  features: int
-  dtype: jnp.dtype = jnp.float32
-  init_scale: float = 1.0
-
-  @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
-    init = nn.initializers.variance_scaling(self.init_scale**2, "fan_in", "normal")
-    kernel = self.param("kernel", init, (x.shape[-1], self.features), self.dtype)
-    return dense(x, kernel)
 
 
 class Attention(nn.Module):

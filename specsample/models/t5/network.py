@@ -14,24 +14,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from specsample.models.layers import Projection, RMSNorm, dense_transposed, mask_bias, write_at
 from specsample.models.t5.config import T5Config
-from specsample.models.t5.layers import (
-  MASK_BIAS,
-  MLP,
-  Attention,
-  Projection,
-  RelativePositionBias,
-  RMSNorm,
-  dense_transposed,
-)
+from specsample.models.t5.layers import MLP, Attention, RelativePositionBias
 
 # Per decoder layer: (keys, values), each [batch, positions, heads, head_dim].
 KeysValues = tuple[jax.Array, jax.Array]
-
-
-def _mask_bias(allowed: jax.Array) -> jax.Array:
-  """bool -> float32 additive bias: 0 where allowed, -1e10 elsewhere."""
-  return jnp.where(allowed, 0.0, MASK_BIAS).astype(jnp.float32)
 
 
 def _relative_position_bias(config: T5Config, *, bidirectional: bool) -> RelativePositionBias:
@@ -43,16 +31,6 @@ def _relative_position_bias(config: T5Config, *, bidirectional: bool) -> Relativ
     bidirectional=bidirectional,
     dtype=jnp.dtype(config.dtype),
   )
-
-
-def write_at(cache: jax.Array, new: jax.Array, end_index: jax.Array) -> jax.Array:
-  """Writes new [batch, k, ...] into cache [batch, length, ...] at each row's end index."""
-
-  def write_row(row_cache, row_new, index):
-    start = (index,) + (0,) * (row_cache.ndim - 1)
-    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
-
-  return jax.vmap(write_row)(cache, new, end_index)
 
 
 class EncoderLayer(nn.Module):
@@ -84,7 +62,7 @@ class Encoder(nn.Module):
     """x [batch, length, d_model], valid bool[batch, length] -> [batch, length, d_model]."""
     positions = jnp.arange(x.shape[1], dtype=jnp.int32)
     bias = self.relpos_bias(positions[None], positions)  # [1, heads, length, length]
-    bias = bias + _mask_bias(valid[:, None, :, None] & valid[:, None, None, :])
+    bias = bias + mask_bias(valid[:, None, :, None] & valid[:, None, None, :])
     for layer in self.layers:
       x = layer(x, bias)
     return self.encoder_norm(x)
@@ -161,8 +139,8 @@ class Decoder(nn.Module):
     key_length = tokens.shape[1] if caches is None else caches[0][0].shape[1]
     key_positions = jnp.arange(key_length, dtype=jnp.int32)
     causal = key_positions[None, None, :] <= query_positions[:, :, None]  # [batch, k, length]
-    self_bias = self.relpos_bias(query_positions, key_positions) + _mask_bias(causal[:, None])
-    cross_bias = _mask_bias(encoder_valid[:, None, None, :])  # [batch, 1, 1, enc_length]
+    self_bias = self.relpos_bias(query_positions, key_positions) + mask_bias(causal[:, None])
+    cross_bias = mask_bias(encoder_valid[:, None, None, :])  # [batch, 1, 1, enc_length]
     new_caches = []
     for i, layer in enumerate(self.layers):
       cache = None if caches is None else caches[i]
@@ -217,3 +195,13 @@ class T5Network(nn.Module):
     )
     logits, _ = self.decode(decoder_tokens, positions, self.cross_keys_values(encoded), valid)
     return logits
+
+
+def parameter_shapes(config: T5Config) -> dict[str, tuple[int, ...]]:
+  """{"decoder/layers_0/mlp/wo/kernel": shape, ...} without allocating anything."""
+  tokens = jax.ShapeDtypeStruct((1, 2), jnp.int32)
+  abstract = jax.eval_shape(
+    lambda t: T5Network(config).init(jax.random.key(0), t, t)["params"], tokens
+  )
+  leaves = jax.tree_util.tree_flatten_with_path(abstract)[0]
+  return {"/".join(k.key for k in path): tuple(leaf.shape) for path, leaf in leaves}

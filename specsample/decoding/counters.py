@@ -1,0 +1,61 @@
+"""The speculative loop's counters: acceptance statistics and bad-logits flags, updated
+once per iteration in one place (`LoopCounters.record`)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specsample.decoding.outputs import DecodingStats
+
+
+@struct.dataclass(kw_only=True)
+class LoopCounters:
+  """What the loop counts besides the output: the statistics and the bad-logits flags."""
+
+  target_calls: jax.Array  # int32[]: loop iterations = batched target calls
+  iterations: jax.Array  # int32[batch]: iterations each row took part in (and counted)
+  accepted: jax.Array  # int32[batch]: accepted draft tokens
+  rejected: jax.Array  # int32[batch]: iterations that ended at a rejected draft token
+  accepted_histogram: jax.Array  # int32[gamma + 1]: row-iterations with n accepted
+  target_nonfinite: jax.Array  # bool[batch]: the target's logits went bad in this row
+  draft_nonfinite: jax.Array  # bool[batch]: the draft's did
+
+  @classmethod
+  def zeros(cls, batch: int, gamma: int) -> LoopCounters:
+    zeros, flags = jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), bool)
+    return cls(
+      target_calls=jnp.zeros((), jnp.int32), iterations=zeros, accepted=zeros, rejected=zeros,
+      accepted_histogram=jnp.zeros((gamma + 1,), jnp.int32),
+      target_nonfinite=flags, draft_nonfinite=flags,
+    )  # fmt: skip
+
+  def record(
+    self, *, active: jax.Array, n: jax.Array, target_bad: jax.Array, draft_bad: jax.Array
+  ) -> LoopCounters:
+    """One iteration: n int32[batch] accepted; rows with bad logits are flagged, not counted."""
+    gamma = self.accepted_histogram.shape[0] - 1
+    counted = active & ~(target_bad | draft_bad)  # [batch]
+    one_hot = jax.nn.one_hot(n, gamma + 1, dtype=jnp.int32) * counted[:, None]  # [batch, gamma+1]
+    return LoopCounters(
+      target_calls=self.target_calls + 1,
+      iterations=self.iterations + counted,
+      accepted=self.accepted + jnp.where(counted, n, 0),
+      rejected=self.rejected + (counted & (n < gamma)),
+      accepted_histogram=self.accepted_histogram + jnp.sum(one_hot, axis=0),
+      target_nonfinite=self.target_nonfinite | target_bad,
+      draft_nonfinite=self.draft_nonfinite | draft_bad,
+    )
+
+  def stats(self) -> DecodingStats:
+    gamma = self.accepted_histogram.shape[0] - 1
+    return DecodingStats(
+      target_calls=self.target_calls,
+      draft_calls=self.target_calls * gamma,
+      iterations=self.iterations,
+      drafted=self.iterations * gamma,
+      accepted=self.accepted,
+      rejected=self.rejected,
+      accepted_histogram=self.accepted_histogram,
+    )

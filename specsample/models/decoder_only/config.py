@@ -1,0 +1,180 @@
+"""`DecoderOnlyConfig`: the static description of a decoder-only transformer.
+
+One config covers the Llama family and its relatives as Hugging Face builds them:
+Llama 2/3/3.x (rope scaling), SmolLM, Mistral (sliding-window attention), Qwen2 (q/k/v
+biases) and Qwen3 (RMSNorm on each head's queries and keys). It is frozen and hashable
+(static in compiled programs); rope settings are stored as tuples for that reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderOnlyConfig:
+  vocab_size: int = 32000
+  d_model: int = 768
+  num_heads: int = 12
+  num_kv_heads: int = 12  # < num_heads: grouped-query attention
+  head_dim: int = 64
+  mlp_dim: int = 2048
+  num_layers: int = 12
+  rope_theta: float = 10000.0
+  # ("linear", (("factor", 2.0),)) or ("llama3", (("factor", 8.0), ("low_freq_factor", ...)));
+  # None: plain rotary embeddings.
+  rope_scaling: tuple[str, tuple[tuple[str, float], ...]] | None = None
+  # Per-frequency divisors of the rotary frequencies [head_dim // 2] (GGUF's rope_freqs).
+  rope_frequency_factors: tuple[float, ...] | None = None
+  layer_norm_epsilon: float = 1e-5
+  tie_word_embeddings: bool = False
+  qkv_bias: bool = False  # Qwen2; Llama's attention_bias sets it and out_bias
+  out_bias: bool = False
+  mlp_bias: bool = False
+  qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on queries and keys, before rotary
+  sliding_window: int | None = None  # Mistral v0.1: attend to the last `window` positions
+  eos_id: int | None = 2
+  pad_id: int = 0
+  dtype: str = "float32"
+
+  def __post_init__(self):
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+        f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+      )
+    if self.head_dim % 2:
+      raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+    if self.rope_scaling is not None and self.rope_scaling[0] not in ROPE_TYPES:
+      raise ValueError(
+        f"rope scaling {self.rope_scaling[0]!r} is not supported (supported: {ROPE_TYPES})"
+      )
+    factors = self.rope_frequency_factors
+    if factors is not None and len(factors) != self.head_dim // 2:
+      raise ValueError(
+        f"rope_frequency_factors needs head_dim / 2 = {self.head_dim // 2} values, "
+        f"got {len(factors)}"
+      )
+    if self.sliding_window is not None and self.sliding_window < 1:
+      raise ValueError(f"sliding_window must be >= 1 or None, got {self.sliding_window}")
+    for name in ("eos_id", "pad_id"):
+      value = getattr(self, name)
+      if value is not None and not 0 <= value < self.vocab_size:
+        raise ValueError(f"{name}={value} is outside the vocabulary of size {self.vocab_size}")
+
+  def replace(self, **changes) -> DecoderOnlyConfig:
+    return dataclasses.replace(self, **changes)
+
+  @property
+  def num_parameters(self) -> int:
+    d, q, kv = self.d_model, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+    block = d * q + 2 * d * kv + q * d + 3 * d * self.mlp_dim + 2 * d
+    block += (q + 2 * kv) * self.qkv_bias + d * self.out_bias
+    block += (2 * self.mlp_dim + d) * self.mlp_bias + 2 * self.head_dim * self.qk_norm
+    embedding = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
+    return self.num_layers * block + d + embedding
+
+  @property
+  def mlp_hidden_width(self) -> int:
+    """Hidden units an MLP pass holds at once (gate and up)."""
+    return 2 * self.mlp_dim
+
+  def cache_arrays(self, input_length: int, capacity: int) -> list[tuple[int, int, int]]:
+    """(arrays, positions, heads) of the decoding caches: keys and values per layer over
+    the prompt and `capacity` new positions. For memory plans (scaling.plan)."""
+    return [(2 * self.num_layers, input_length + capacity, self.num_kv_heads)]
+
+  def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+    """{"blocks_0/query/kernel": shape, ...}, computed abstractly (nothing allocated)."""
+    from specsample.models.decoder_only.network import parameter_shapes
+
+    return parameter_shapes(self)
+
+  def rotary_frequencies(self) -> np.ndarray:
+    """float32[head_dim // 2]: the rotary embedding's angular frequencies."""
+    return _rotary_frequencies(self.head_dim, self.rope_theta, self.rope_scaling,
+                               self.rope_frequency_factors)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=64)
+def _rotary_frequencies(head_dim, theta, scaling, factors) -> np.ndarray:
+  exponents = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+  inverse = (1.0 / np.power(np.float32(theta), exponents)).astype(np.float32)  # [half]
+  if factors is not None:
+    inverse = inverse / np.asarray(factors, np.float32)
+  if scaling is None:
+    return inverse
+  kind, settings = scaling[0], dict(scaling[1])
+  if kind == "linear":  # positions divided by the factor
+    return (inverse / np.float32(settings["factor"])).astype(np.float32)
+  if kind == "llama3":  # Llama 3.1: long wavelengths slowed by `factor`, a smooth band between
+    factor = settings["factor"]
+    low, high = settings["low_freq_factor"], settings["high_freq_factor"]
+    context = settings["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / inverse
+    slowed = np.where(wavelength > context / low, inverse / factor, inverse)
+    blend = (context / wavelength - low) / (high - low)
+    smoothed = (1 - blend) * slowed / factor + blend * slowed
+    medium = (wavelength >= context / high) & (wavelength <= context / low)
+    return np.where(medium, smoothed, slowed).astype(np.float32)
+  return inverse
+
+
+PRESETS = {
+  "llama-134m": DecoderOnlyConfig(),  # 12 layers, d 768: ~134M parameters (untied)
+  "llama-20m": DecoderOnlyConfig(
+    d_model=256, num_heads=4, num_kv_heads=4, mlp_dim=768, num_layers=6, vocab_size=16000
+  ),  # fmt: skip
+  # SmolLM2-135M's shape (the real weights: specsample.load_model of its GGUF or directory).
+  "smollm2-135m": DecoderOnlyConfig(
+    vocab_size=49152,
+    d_model=576,
+    num_heads=9,
+    num_kv_heads=3,
+    head_dim=64,
+    mlp_dim=1536,
+    num_layers=30,
+    rope_theta=100000.0,
+    tie_word_embeddings=True,
+    eos_id=2,
+    pad_id=2,
+  ),  # fmt: skip
+  # Llama 3 8B and Llama 3.2 1B shapes, for memory plans and compile checks.
+  "llama3-8b": DecoderOnlyConfig(
+    vocab_size=128256,
+    d_model=4096,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    mlp_dim=14336,
+    num_layers=32,
+    rope_theta=500000.0,
+    eos_id=128009,
+    pad_id=128009,
+  ),  # fmt: skip
+  "llama3-1b": DecoderOnlyConfig(
+    vocab_size=128256,
+    d_model=2048,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=64,
+    mlp_dim=8192,
+    num_layers=16,
+    rope_theta=500000.0,
+    tie_word_embeddings=True,
+    eos_id=128009,
+    pad_id=128009,
+  ),  # fmt: skip
+}
+
+
+def preset(name: str) -> DecoderOnlyConfig:
+  try:
+    return PRESETS[name]
+  except KeyError:
+    raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}") from None

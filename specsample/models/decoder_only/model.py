@@ -1,0 +1,98 @@
+"""`DecoderOnly`: a decoder-only transformer with its parameters, behind the model contract.
+
+`init_state` prefills every prompt token but the last (returned as the pending token);
+`extend` runs k tokens per row at each row's own end index; `rewind` moves the index.
+`DecoderOnly.init_random(preset("llama-134m"))` gives random weights of a realistic size;
+`specsample.load_model` gives real ones (GGUF, Hugging Face directories and hub ids).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specsample.models.decoder_only.config import DecoderOnlyConfig
+from specsample.models.decoder_only.network import (
+  DecoderOnlyNetwork,
+  KeysValues,
+  empty_caches,
+  init_params,
+)
+
+
+@struct.dataclass
+class DecoderOnlyState:
+  caches: tuple[KeysValues, ...]  # per layer: [batch, capacity, kv_heads, head_dim] x2
+  end_index: jax.Array  # int32[batch]
+
+
+@struct.dataclass
+class DecoderOnly:
+  """A decoder-only language model with its parameters (the model contract)."""
+
+  params: Any
+  config: DecoderOnlyConfig = struct.field(pytree_node=False)
+  # Optional, static: `constrain(array, logical_axes)` (specsample.scaling.Partitioning).
+  partitioning: Any = struct.field(pytree_node=False, default=None)
+
+  @classmethod
+  def init_random(cls, config: DecoderOnlyConfig, seed: int = 0) -> DecoderOnly:
+    """Random parameters (for tests and benchmarks)."""
+    return cls(params=init_params(config, jax.random.key(seed)), config=config)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.config.vocab_size
+
+  @property
+  def eos_id(self) -> int | None:
+    return self.config.eos_id
+
+  @property
+  def pad_id(self) -> int:
+    return self.config.pad_id
+
+  def _run(self, caches, tokens, end_index):
+    positions = end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
+    logits, caches = DecoderOnlyNetwork(self.config).apply(
+      {"params": self.params}, tokens, positions, caches, end_index
+    )
+    if self.partitioning is not None:
+      axes = ("batch", "length", "kv_heads", "head_dim")
+      caches = tuple(
+        (self.partitioning.constrain(k, axes), self.partitioning.constrain(v, axes))
+        for k, v in caches
+      )
+    return logits, caches
+
+  def init_state(
+    self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
+  ) -> tuple[DecoderOnlyState, jax.Array]:
+    """Prefills every prompt token but the last, which is returned as the pending token."""
+    batch, length = prompts.shape
+    caches = empty_caches(self.config, batch, length + num_new_positions)
+    start = jnp.zeros((batch,), jnp.int32)
+    _, caches = self._run(caches, prompts, start)  # positions past a row's end are stale
+    pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
+    state = DecoderOnlyState(caches=caches, end_index=(prompt_lengths - 1).astype(jnp.int32))
+    return state, pending.astype(jnp.int32)
+
+  def extend(
+    self, state: DecoderOnlyState, tokens: jax.Array, num_valid: jax.Array
+  ) -> tuple[jax.Array, DecoderOnlyState]:
+    logits, caches = self._run(state.caches, tokens, state.end_index)
+    return logits, state.replace(caches=caches, end_index=state.end_index + num_valid)
+
+  def rewind(self, state: DecoderOnlyState, end_index: jax.Array) -> DecoderOnlyState:
+    return state.replace(end_index=end_index.astype(jnp.int32))
+
+  def forward(self, tokens: jax.Array) -> jax.Array:
+    """Logits float32[batch, length, vocab] of whole sequences tokens int32[batch, length]
+    (no padding), in one pass: the reference for parity tests and teacher forcing."""
+    batch, length = tokens.shape
+    caches = empty_caches(self.config, batch, length)
+    logits, _ = self._run(caches, tokens, jnp.zeros((batch,), jnp.int32))
+    return logits

@@ -1,0 +1,143 @@
+"""The decoder-only network (Flax linen): pre-norm blocks with RMSNorm, rotary position
+embeddings (rotate-half convention, as Hugging Face's Llama), grouped-query attention,
+a SwiGLU MLP, and a tied or untied output layer.
+
+The cache is written in place at each row's own end index, so one call scores k tokens
+per row (verification of gamma draft tokens is one call). Parameter names: `embed`,
+`blocks_{i}/{attention_norm, query, key, value, out, query_norm, key_norm, mlp_norm,
+gate, up, down}`, `final_norm`, `lm_head`; kernels are [in, out].
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from specsample.models.decoder_only.config import DecoderOnlyConfig
+from specsample.models.layers import Projection, RMSNorm, dense_transposed, mask_bias, write_at
+
+# Per layer: (keys, values), each [batch, capacity, kv_heads, head_dim].
+KeysValues = tuple[jax.Array, jax.Array]
+
+
+def rotary(x: jax.Array, positions: jax.Array, frequencies) -> jax.Array:
+  """Rotary embedding of x [batch, k, heads, head_dim] at positions int32[batch, k].
+
+  frequencies: float32[head_dim // 2] (DecoderOnlyConfig.rotary_frequencies), or a
+  number, the base theta of the default frequencies theta^(-2i / head_dim).
+  """
+  half = x.shape[-1] // 2
+  if isinstance(frequencies, int | float):
+    frequencies = DecoderOnlyConfig(head_dim=2 * half, rope_theta=frequencies).rotary_frequencies()
+  angles = positions[..., None].astype(jnp.float32) * jnp.asarray(frequencies)  # [batch, k, half]
+  cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
+  x32 = x.astype(jnp.float32)
+  first, second = x32[..., :half], x32[..., half:]
+  rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+  return rotated.astype(x.dtype)
+
+
+def attention_mask(positions: jax.Array, capacity: int, window: int | None) -> jax.Array:
+  """Which cache positions each query may see.  int32[batch, k] -> bool[batch, k, capacity].
+
+  Causal (key position <= query position; stale cache entries beyond a row's end are
+  always later than its queries), and within the last `window` positions if given.
+  """
+  keys = jnp.arange(capacity, dtype=jnp.int32)[None, None, :]
+  allowed = keys <= positions[:, :, None]
+  if window is not None:
+    allowed &= keys > positions[:, :, None] - window
+  return allowed
+
+
+class Block(nn.Module):
+  config: DecoderOnlyConfig
+
+  def setup(self):
+    c, dtype = self.config, jnp.dtype(self.config.dtype)
+    self.attention_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    self.query = Projection(c.num_heads * c.head_dim, dtype=dtype, use_bias=c.qkv_bias)
+    self.key = Projection(c.num_kv_heads * c.head_dim, dtype=dtype, use_bias=c.qkv_bias)
+    self.value = Projection(c.num_kv_heads * c.head_dim, dtype=dtype, use_bias=c.qkv_bias)
+    self.out = Projection(c.d_model, dtype=dtype, use_bias=c.out_bias)
+    if c.qk_norm:
+      self.query_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+      self.key_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    self.mlp_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    self.gate = Projection(c.mlp_dim, dtype=dtype, use_bias=c.mlp_bias)
+    self.up = Projection(c.mlp_dim, dtype=dtype, use_bias=c.mlp_bias)
+    self.down = Projection(c.d_model, dtype=dtype, use_bias=c.mlp_bias)
+
+  def __call__(self, x, positions, cache: KeysValues, end_index):
+    """x [batch, k, d_model] at positions int32[batch, k] -> (x, cache)."""
+    c = self.config
+    batch, k, _ = x.shape
+    groups = c.num_heads // c.num_kv_heads
+    frequencies = c.rotary_frequencies()
+    h = self.attention_norm(x)
+    queries = self.query(h).reshape(batch, k, c.num_heads, c.head_dim)
+    keys = self.key(h).reshape(batch, k, c.num_kv_heads, c.head_dim)
+    if c.qk_norm:
+      queries, keys = self.query_norm(queries), self.key_norm(keys)
+    queries, keys = rotary(queries, positions, frequencies), rotary(keys, positions, frequencies)
+    values = self.value(h).reshape(batch, k, c.num_kv_heads, c.head_dim)
+    keys, values = write_at(cache[0], keys, end_index), write_at(cache[1], values, end_index)
+    queries = queries.reshape(batch, k, c.num_kv_heads, groups, c.head_dim)
+    scores = jnp.einsum("bqhgd,bshd->bhgqs", queries, keys, preferred_element_type=jnp.float32)
+    scores = scores * c.head_dim**-0.5  # [batch, kv_heads, groups, k, capacity]
+    allowed = attention_mask(positions, keys.shape[1], c.sliding_window)  # [batch, k, capacity]
+    weights = jax.nn.softmax(scores + mask_bias(allowed)[:, None, None], axis=-1)
+    context = jnp.einsum("bhgqs,bshd->bqhgd", weights.astype(values.dtype), values)
+    x = x + self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
+    h = self.mlp_norm(x)
+    x = x + self.down(jax.nn.silu(self.gate(h)) * self.up(h))
+    return x, (keys, values)
+
+
+class DecoderOnlyNetwork(nn.Module):
+  config: DecoderOnlyConfig
+
+  def setup(self):
+    c, dtype = self.config, jnp.dtype(self.config.dtype)
+    self.embed = nn.Embed(c.vocab_size, c.d_model, dtype=dtype, param_dtype=dtype)
+    self.blocks = [Block(c) for _ in range(c.num_layers)]
+    self.final_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    if not c.tie_word_embeddings:
+      self.lm_head = Projection(c.vocab_size, dtype=dtype)
+
+  def __call__(self, tokens, positions, caches, end_index):
+    """tokens, positions int32[batch, k] -> (logits float32[batch, k, vocab], caches)."""
+    x = self.embed(tokens)
+    new_caches = []
+    for block, cache in zip(self.blocks, caches, strict=True):
+      x, cache = block(x, positions, cache, end_index)
+      new_caches.append(cache)
+    x = self.final_norm(x)
+    if self.config.tie_word_embeddings:
+      logits = dense_transposed(x, self.embed.embedding)
+    else:
+      logits = self.lm_head(x)
+    return logits.astype(jnp.float32), tuple(new_caches)
+
+
+def empty_caches(config: DecoderOnlyConfig, batch: int, capacity: int) -> tuple[KeysValues, ...]:
+  """Zeroed caches: per layer (keys, values), each [batch, capacity, kv_heads, head_dim]."""
+  shape = (batch, capacity, config.num_kv_heads, config.head_dim)
+  dtype = jnp.dtype(config.dtype)
+  return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.num_layers))
+
+
+def init_params(config: DecoderOnlyConfig, key: jax.Array):
+  """Random parameters (the network's initialisation), as a nested dict."""
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  caches = empty_caches(config, 1, 1)
+  end_index = jnp.zeros((1,), jnp.int32)
+  return DecoderOnlyNetwork(config).init(key, tokens, tokens, caches, end_index)["params"]
+
+
+def parameter_shapes(config: DecoderOnlyConfig) -> dict[str, tuple[int, ...]]:
+  """{"blocks_0/query/kernel": shape, ...} without allocating anything."""
+  abstract = jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
+  leaves = jax.tree_util.tree_flatten_with_path(abstract)[0]
+  return {"/".join(k.key for k in path): tuple(leaf.shape) for path, leaf in leaves}

@@ -1,0 +1,85 @@
+"""Layers every model here shares: weight products, RMSNorm, projections, the cache write
+and the attention mask bias.
+
+Kernels are stored [in, out] (T5X's layout; Hugging Face [out, in] matrices are
+transposed when read). Every product with a weight matrix goes through `dense` /
+`dense_transposed`, which take specsample.kernels' CPU kernel for the few-row products of
+decoding and verification where it applies, and XLA's product elsewhere.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from specsample.kernels import small_k
+
+MASK_BIAS = -1e10  # additive bias of masked attention positions (T5X's value)
+
+
+def dense(x: jax.Array, kernel: jax.Array) -> jax.Array:
+  """x @ kernel over the last axis.  [..., in] x [in, out] -> [..., out]."""
+  return small_k.matmul(x, kernel.astype(x.dtype))
+
+
+def dense_transposed(x: jax.Array, kernel_t: jax.Array) -> jax.Array:
+  """x @ kernel_t.T, for weights stored [out, in] (a tied embedding as the output layer).
+  [..., in] x [out, in] -> [..., out]; `dense(x, kernel_t.T)` would copy the transpose."""
+  return small_k.matmul_transposed(x, kernel_t.astype(x.dtype))
+
+
+def mask_bias(allowed: jax.Array) -> jax.Array:
+  """bool -> float32 additive attention bias: 0 where allowed, MASK_BIAS elsewhere."""
+  return jnp.where(allowed, 0.0, MASK_BIAS).astype(jnp.float32)
+
+
+def write_at(cache: jax.Array, new: jax.Array, end_index: jax.Array) -> jax.Array:
+  """Writes new [batch, k, ...] into cache [batch, length, ...] at each row's end index.
+
+  Positions past a row's valid end are stale: attention masks them and a later write
+  overwrites them (rewinding a cache is moving its end index, never a copy).
+  """
+
+  def write_row(row_cache, row_new, index):
+    start = (index,) + (0,) * (row_cache.ndim - 1)
+    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
+
+  return jax.vmap(write_row)(cache, new, end_index)
+
+
+class RMSNorm(nn.Module):
+  """x / rms(x) * scale, computed in float32, without mean or bias (T5, Llama)."""
+
+  epsilon: float = 1e-6
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.dtype)
+    x32 = x.astype(jnp.float32)
+    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.epsilon)
+    return (x32 * scale.astype(jnp.float32)).astype(self.dtype)
+
+
+class Projection(nn.Module):
+  """A linear map with an [in, out] kernel named `kernel` (and a `bias` if use_bias).
+
+  Initialised with variance 1/fan_in, times `init_scale` (T5X divides the query kernel by
+  sqrt(head_dim) because T5 does not scale attention logits at run time).
+  """
+
+  features: int
+  dtype: jnp.dtype = jnp.float32
+  init_scale: float = 1.0
+  use_bias: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    init = nn.initializers.variance_scaling(self.init_scale**2, "fan_in", "normal")
+    kernel = self.param("kernel", init, (x.shape[-1], self.features), self.dtype)
+    y = dense(x, kernel)
+    if self.use_bias:
+      bias = self.param("bias", nn.initializers.zeros, (self.features,), self.dtype)
+      y = y + bias.astype(y.dtype)
+    return y
