@@ -1,10 +1,10 @@
 """specsample: speculative sampling for JAX/Flax language models.
 
-from specsample import SamplingConfig, generate, load_t5, speculative_generate
+from specsample import SamplingConfig, generate, load_model, load_tokenizer, speculative_generate
 """
 
 from specsample.api import speculative_generate
-from specsample.checkpoints import load_t5
+from specsample.checkpoints import load_model, load_t5, load_tokenizer
 from specsample.core.sampling import SamplingConfig
 from specsample.decoding import DecodingStats, GenerationOutput, NonFiniteLogitsError, generate
 
@@ -16,6 +16,8 @@ __all__ = [
   "NonFiniteLogitsError",
   "SamplingConfig",
   "generate",
+  "load_model",
   "load_t5",
+  "load_tokenizer",
   "speculative_generate",
 ]

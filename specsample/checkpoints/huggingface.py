@@ -98,13 +98,29 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
     raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
 
 
+def read_hf_json(path: str) -> dict:
+  """A config.json-like file as a dict; CheckpointError naming it if unreadable."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      value = json.load(f)
+  except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+    raise CheckpointError(f"{path}: cannot read the model config ({error})") from error
+  if not isinstance(value, dict):
+    raise CheckpointError(f"{path}: expected a JSON object, got {type(value).__name__}")
+  return value
+
+
+def read_hf_tensors(directory: str) -> dict[str, np.ndarray]:
+  """Every tensor of a Hugging Face directory (single or sharded safetensors), by name."""
+  tensors: dict[str, np.ndarray] = {}
+  for path in _safetensors_files(directory):
+    tensors.update(_read_safetensors(path))
+  return tensors
+
+
 def read_hf_config(directory: str, dtype: str = "float32") -> T5Config:
   path = os.path.join(directory, "config.json")
-  try:
-    with open(path) as f:
-      hf = json.load(f)
-  except (OSError, json.JSONDecodeError) as error:
-    raise CheckpointError(f"{path}: cannot read the model config ({error})") from error
+  hf = read_hf_json(path)
   if hf.get("model_type", "t5") not in ("t5", "mt5", "umt5"):
     raise CheckpointError(f"{path}: model_type {hf.get('model_type')!r} is not T5")
   try:

@@ -1,12 +1,16 @@
-"""`load_t5`: any T5 checkpoint (T5X or Hugging Face) as a `T5` model in one call."""
+"""`load_model`: any checkpoint (GGUF, Hugging Face directory or hub id, T5X) as a model
+behind the decoding contract, and `load_tokenizer` for its tokenizer; `load_t5` for T5."""
 
 from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from specsample.checkpoints.huggingface import read_hf_config, read_hf_params
 from specsample.checkpoints.t5_params import CheckpointError, assemble, infer_config
 from specsample.checkpoints.t5x import read_t5x_params
+from specsample.models.decoder_only import DecoderOnly
 from specsample.models.t5 import T5, T5Config, preset
 
 
@@ -42,3 +46,101 @@ def load_t5(
   flat = read_t5x_params(path)
   config = (config or infer_config(flat, path)).replace(dtype=dtype)
   return assemble(flat, config, source=path)
+
+
+def _local_path(path_or_hub_id: str | os.PathLike) -> str:
+  """A local file or directory for a path, or for a hub id (via the cache)."""
+  from specsample.checkpoints.hub import looks_like_hub_id, model_file_in, resolve_hub_id
+
+  text = os.fspath(path_or_hub_id).rstrip("/")
+  if text.startswith("gs://"):
+    return text
+  if looks_like_hub_id(text):
+    text = resolve_hub_id(text)
+  if not os.path.exists(text):
+    raise CheckpointError(f"{text}: no such file or directory (nor a hub id like owner/name)")
+  return model_file_in(text) if os.path.isdir(text) else text
+
+
+def is_gguf(path: str) -> bool:
+  if path.endswith(".gguf"):
+    return True
+  if not os.path.isfile(path):
+    return False
+  with open(path, "rb") as f:
+    return f.read(4) == b"GGUF"
+
+
+def load_model(path_or_hub_id: str | os.PathLike, *, dtype: str = "float32") -> T5 | DecoderOnly:
+  """Any checkpoint specsample reads, as a model behind the decoding contract.
+
+  The format and architecture are read off the files:
+    - a GGUF file (llama / qwen2 / qwen3 architectures; every tensor type the `gguf`
+      package dequantizes) -> DecoderOnly;
+    - a Hugging Face directory: Llama / Mistral / Qwen2 / Qwen3 -> DecoderOnly, T5 ->
+      T5 (through `load_t5`);
+    - a T5X checkpoint (msgpack, tensorstore, Orbax; local or gs://) -> T5;
+    - a hub id ("HuggingFaceTB/SmolLM2-135M-Instruct"): the cached snapshot, or a
+      download of it (not with HF_HUB_OFFLINE=1), then as above.
+  dtype: "float32" (CPUs) or "bfloat16" (accelerators); logits are float32 either way.
+  Raises CheckpointError naming the file and what was expected.
+  """
+  from specsample.checkpoints.decoder_only import (
+    config_from_hf,
+    is_decoder_only_config,
+    params_from_hf,
+  )
+  from specsample.checkpoints.huggingface import read_hf_json, read_hf_tensors
+
+  if dtype not in ("float32", "bfloat16"):
+    raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
+  path = _local_path(path_or_hub_id)
+  if is_gguf(path):
+    from specsample.checkpoints.gguf import read_gguf
+
+    hf, tensors = read_gguf(path)
+    factors = tensors.pop("rope_freqs", None)
+    factors = None if factors is None else tuple(float(f) for f in np.ravel(factors))
+    config = config_from_hf(hf, source=path, dtype=dtype, rope_frequency_factors=factors)
+    return DecoderOnly(params=params_from_hf(tensors, config, source=path), config=config)
+  if is_hf_directory(path):
+    hf = read_hf_json(os.path.join(path, "config.json"))
+    if is_decoder_only_config(hf):
+      hf = _with_generation_eos(hf, path)
+      config = config_from_hf(hf, source=path, dtype=dtype)
+      tensors = read_hf_tensors(path)
+      return DecoderOnly(params=params_from_hf(tensors, config, source=path), config=config)
+  return load_t5(path, dtype=dtype)
+
+
+def _with_generation_eos(hf: dict, directory: str) -> dict:
+  """generation_config.json's eos_token_id (often a list for chat models) wins, as in
+  transformers' generate."""
+  from specsample.checkpoints.huggingface import read_hf_json
+
+  generation = os.path.join(directory, "generation_config.json")
+  if os.path.isfile(generation):
+    eos = read_hf_json(generation).get("eos_token_id")
+    if eos is not None:
+      return {**hf, "eos_token_id": eos}
+  return hf
+
+
+def load_tokenizer(path_or_hub_id: str | os.PathLike):
+  """The tokenizer of a checkpoint: `encode`, `decode`, `token_text`, `apply_chat_template`.
+
+  A GGUF file's embedded tokenizer or a Hugging Face directory's tokenizer.json
+  (`checkpoints.tokenizer.Tokenizer`); a T5 directory or SentencePiece model gives T5's
+  `Vocabulary`. Hub ids resolve as in `load_model`.
+  """
+  from specsample.checkpoints import tokenizer
+  from specsample.checkpoints.vocabulary import SPIECE_NAMES, Vocabulary
+
+  path = _local_path(path_or_hub_id)
+  has_json = os.path.isfile(os.path.join(path, "tokenizer.json"))
+  spiece = [name for name in SPIECE_NAMES if os.path.isfile(os.path.join(path, name))]
+  if os.path.isdir(path) and not has_json and spiece:
+    return Vocabulary(path)
+  if os.path.isfile(path) and not is_gguf(path):
+    return Vocabulary(path)
+  return tokenizer.load_tokenizer(path)

@@ -41,8 +41,9 @@ class LanguageModel(Protocol):
   def vocab_size(self) -> int: ...
 
   @property
-  def eos_id(self) -> int | None:
-    """Token that ends a sequence (None: sequences end only at max_new_tokens)."""
+  def eos_id(self) -> int | tuple[int, ...] | None:
+    """Token that ends a sequence, or a tuple of such tokens (None: sequences end only at
+    max_new_tokens)."""
     ...
 
   @property

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -35,7 +37,7 @@ def commit(
   candidates: jax.Array,
   num_candidates: jax.Array,
   *,
-  eos_id: int | None,
+  eos_id: int | tuple[int, ...] | None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Appends each unfinished row's first candidates to its output; ends rows at EOS or full.
 
@@ -45,7 +47,8 @@ def commit(
     done: bool[batch] rows that already ended (they are left untouched).
     candidates: int32[batch, k] tokens to append, in order.
     num_candidates: int32[batch] how many of them are real (0..k).
-    eos_id: a row ends right after its first EOS; None disables.
+    eos_id: a row ends right after its first EOS (one id, or a tuple of ids that each
+      end a row, e.g. Llama 3's <|end_of_text|> and <|eot_id|>); None disables.
 
   Returns:
     (tokens, lengths, done) after the commit.
@@ -54,8 +57,9 @@ def commit(
   offsets = jnp.arange(candidates.shape[1], dtype=jnp.int32)[None, :]  # [1, k]
   keep = (offsets < num_candidates[:, None]) & ~done[:, None]  # [batch, k]
   ends_row = jnp.zeros_like(keep)
-  if eos_id is not None:
-    is_eos = (candidates == eos_id) & keep
+  eos_ids = () if eos_id is None else (eos_id,) if isinstance(eos_id, int) else tuple(eos_id)
+  if eos_ids:
+    is_eos = functools.reduce(jnp.logical_or, [candidates == e for e in eos_ids]) & keep
     after_eos = (jnp.cumsum(is_eos, axis=1) - is_eos) > 0  # an EOS came strictly earlier
     keep &= ~after_eos
     ends_row = is_eos & keep

@@ -42,7 +42,7 @@ def write_at(cache: jax.Array, new: jax.Array, end_index: jax.Array) -> jax.Arra
   """
 
   def write_row(row_cache, row_new, index):
-    start = (index,) + (0,) * (row_cache.ndim - 1)
+    start = (index,) + (jnp.zeros((), index.dtype),) * (row_cache.ndim - 1)
     return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
 
   return jax.vmap(write_row)(cache, new, end_index)

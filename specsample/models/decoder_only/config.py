@@ -39,7 +39,7 @@ class DecoderOnlyConfig:
   mlp_bias: bool = False
   qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on queries and keys, before rotary
   sliding_window: int | None = None  # Mistral v0.1: attend to the last `window` positions
-  eos_id: int | None = 2
+  eos_id: int | tuple[int, ...] | None = 2  # a tuple: each of these ends a sequence
   pad_id: int = 0
   dtype: str = "float32"
 
@@ -62,13 +62,22 @@ class DecoderOnlyConfig:
       )
     if self.sliding_window is not None and self.sliding_window < 1:
       raise ValueError(f"sliding_window must be >= 1 or None, got {self.sliding_window}")
-    for name in ("eos_id", "pad_id"):
-      value = getattr(self, name)
+    if isinstance(self.eos_id, list | tuple):
+      object.__setattr__(self, "eos_id", tuple(int(e) for e in self.eos_id) or None)
+    eos = self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
+    for name, value in [*(("eos_id", e) for e in eos), ("pad_id", self.pad_id)]:
       if value is not None and not 0 <= value < self.vocab_size:
         raise ValueError(f"{name}={value} is outside the vocabulary of size {self.vocab_size}")
 
   def replace(self, **changes) -> DecoderOnlyConfig:
     return dataclasses.replace(self, **changes)
+
+  @property
+  def eos_ids(self) -> tuple[int, ...]:
+    """Every id that ends a sequence (empty when none does)."""
+    if self.eos_id is None:
+      return ()
+    return self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
 
   @property
   def num_parameters(self) -> int:

@@ -31,8 +31,11 @@ def rotary(x: jax.Array, positions: jax.Array, frequencies) -> jax.Array:
   if isinstance(frequencies, int | float):
     frequencies = DecoderOnlyConfig(head_dim=2 * half, rope_theta=frequencies).rotary_frequencies()
   angles = positions[..., None].astype(jnp.float32) * jnp.asarray(frequencies)  # [batch, k, half]
-  cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
-  x32 = x.astype(jnp.float32)
+  # Angles, cos and sin in float32 (as transformers computes them); the rotation itself in
+  # float32, or float64 for a float64 model.
+  wide = jnp.promote_types(x.dtype, jnp.float32)
+  cos, sin = (f(angles)[:, :, None, :].astype(wide) for f in (jnp.cos, jnp.sin))
+  x32 = x.astype(wide)
   first, second = x32[..., :half], x32[..., half:]
   rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
   return rotated.astype(x.dtype)
@@ -118,7 +121,8 @@ class DecoderOnlyNetwork(nn.Module):
       logits = dense_transposed(x, self.embed.embedding)
     else:
       logits = self.lm_head(x)
-    return logits.astype(jnp.float32), tuple(new_caches)
+    # float32 logits (float64 when the model computes in float64, for reference checks)
+    return logits.astype(jnp.promote_types(logits.dtype, jnp.float32)), tuple(new_caches)
 
 
 def empty_caches(config: DecoderOnlyConfig, batch: int, capacity: int) -> tuple[KeysValues, ...]:

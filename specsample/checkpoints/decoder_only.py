@@ -1,0 +1,271 @@
+"""Decoder-only checkpoints in Hugging Face names (directories, and GGUF files read into
+them by `gguf.read_gguf`) as `DecoderOnly` models, and back.
+
+`config_from_hf(hf)` reads a `config.json` dict of `LlamaForCausalLM` (SmolLM2, Llama 2/3/
+3.x with rope scaling), `MistralForCausalLM` (sliding window), `Qwen2ForCausalLM` (q/k/v
+biases) or `Qwen3ForCausalLM` (q/k norms), in transformers 4 or 5 spelling (`rope_theta`
++ `rope_scaling`, or `rope_parameters`). `params_from_hf(tensors, config)` maps the
+tensors onto the model's parameters ([out, in] matrices transposed to [in, out]) and
+insists on exactly the tensors the config needs, with exactly their shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from specsample.checkpoints.t5_params import CheckpointError
+from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+
+ARCHITECTURES = {
+  "llama": "LlamaForCausalLM",
+  "mistral": "MistralForCausalLM",
+  "qwen2": "Qwen2ForCausalLM",
+  "qwen3": "Qwen3ForCausalLM",
+}
+# HF names inside model.layers.{i}. -> (our name inside blocks_{i}/, transposed).
+_LAYER_NAMES = {
+  "input_layernorm.weight": ("attention_norm/scale", False),
+  "self_attn.q_proj.weight": ("query/kernel", True),
+  "self_attn.k_proj.weight": ("key/kernel", True),
+  "self_attn.v_proj.weight": ("value/kernel", True),
+  "self_attn.o_proj.weight": ("out/kernel", True),
+  "self_attn.q_proj.bias": ("query/bias", False),
+  "self_attn.k_proj.bias": ("key/bias", False),
+  "self_attn.v_proj.bias": ("value/bias", False),
+  "self_attn.o_proj.bias": ("out/bias", False),
+  "self_attn.q_norm.weight": ("query_norm/scale", False),
+  "self_attn.k_norm.weight": ("key_norm/scale", False),
+  "post_attention_layernorm.weight": ("mlp_norm/scale", False),
+  "mlp.gate_proj.weight": ("gate/kernel", True),
+  "mlp.up_proj.weight": ("up/kernel", True),
+  "mlp.down_proj.weight": ("down/kernel", True),
+  "mlp.gate_proj.bias": ("gate/bias", False),
+  "mlp.up_proj.bias": ("up/bias", False),
+  "mlp.down_proj.bias": ("down/bias", False),
+}
+_GLOBAL_NAMES = {
+  "model.embed_tokens.weight": ("embed/embedding", False),
+  "model.norm.weight": ("final_norm/scale", False),
+  "lm_head.weight": ("lm_head/kernel", True),
+}
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+# Tensors some exports carry that the model recomputes: rotary tables.
+_IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.rotary_emb\..*)$")
+
+
+def is_decoder_only_config(hf: Mapping[str, Any]) -> bool:
+  return hf.get("model_type") in ARCHITECTURES
+
+
+def _rope(hf: Mapping[str, Any], source: str) -> tuple[float, Any]:
+  """(theta, rope_scaling) from either spelling; CheckpointError for kinds not supported."""
+  parameters = dict(hf.get("rope_parameters") or {})
+  scaling = dict(hf.get("rope_scaling") or {})
+  theta = float(parameters.get("rope_theta", hf.get("rope_theta", 10000.0)))
+  # transformers 5 writes rope_parameters, 4 wrote rope_scaling: a scaled kind in either wins.
+  scaled = parameters.get("rope_type", "default") != "default"
+  settings = parameters if scaled or not scaling else {**parameters, **scaling}
+  kind = settings.pop("rope_type", settings.pop("type", "default"))
+  settings.pop("rope_theta", None)
+  if kind == "default":
+    return theta, None
+  if kind == "linear":
+    return theta, ("linear", (("factor", float(settings["factor"])),))
+  if kind == "llama3":
+    fields = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    missing = [f for f in fields if f not in settings]
+    if missing:
+      raise CheckpointError(f"{source}: llama3 rope scaling lacks {missing}")
+    return theta, ("llama3", tuple((f, float(settings[f])) for f in fields))
+  raise CheckpointError(
+    f"{source}: rope scaling {kind!r} is not supported (supported: default, linear, llama3)"
+  )
+
+
+def config_from_hf(
+  hf: Mapping[str, Any], *, source: str, dtype: str = "float32", rope_frequency_factors=None
+) -> DecoderOnlyConfig:
+  """A Hugging Face `config.json` dict -> DecoderOnlyConfig (CheckpointError if unsupported)."""
+  model_type = hf.get("model_type")
+  if model_type not in ARCHITECTURES:
+    known = ", ".join(f"{a} ({t})" for t, a in ARCHITECTURES.items())
+    raise CheckpointError(
+      f"{source}: model_type {model_type!r} ({hf.get('architectures')}) is not supported; "
+      f"decoder-only models: {known}; T5 loads through load_t5"
+    )
+  if hf.get("hidden_act", "silu") != "silu":
+    raise CheckpointError(f"{source}: hidden_act {hf.get('hidden_act')!r}; only silu (SwiGLU)")
+  if model_type == "qwen2" and hf.get("use_sliding_window"):
+    raise CheckpointError(f"{source}: Qwen2's per-layer sliding window is not supported")
+  try:
+    heads = int(hf["num_attention_heads"])
+    d_model = int(hf["hidden_size"])
+    theta, scaling = _rope(hf, source)
+    eos = hf.get("eos_token_id")
+    eos = tuple(eos) if isinstance(eos, list) else eos
+    eos_ids = eos if isinstance(eos, tuple) else (eos,) if eos is not None else ()
+    pad = hf.get("pad_token_id")
+    pad = pad if pad is not None else eos_ids[0] if eos_ids else 0
+    attention_bias = bool(hf.get("attention_bias", False))
+    return DecoderOnlyConfig(
+      vocab_size=int(hf["vocab_size"]),
+      d_model=d_model,
+      num_heads=heads,
+      num_kv_heads=int(hf.get("num_key_value_heads") or heads),
+      head_dim=int(hf.get("head_dim") or d_model // heads),
+      mlp_dim=int(hf["intermediate_size"]),
+      num_layers=int(hf["num_hidden_layers"]),
+      rope_theta=theta,
+      rope_scaling=scaling,
+      rope_frequency_factors=rope_frequency_factors,
+      layer_norm_epsilon=float(hf.get("rms_norm_eps", 1e-6)),
+      tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+      qkv_bias=model_type == "qwen2" or attention_bias,
+      out_bias=attention_bias and model_type != "qwen2",
+      mlp_bias=bool(hf.get("mlp_bias", False)),
+      qk_norm=model_type == "qwen3",
+      sliding_window=hf.get("sliding_window") if model_type == "mistral" else None,
+      eos_id=eos if eos else None,
+      pad_id=int(pad),
+      dtype=dtype,
+    )
+  except (KeyError, TypeError, ValueError) as error:
+    raise CheckpointError(f"{source}: not a usable {model_type} config ({error!r})") from error
+
+
+def hf_name_to_param(name: str) -> tuple[str, bool]:
+  """HF tensor name -> (our parameter path, whether to transpose). KeyError if unknown."""
+  if name in _GLOBAL_NAMES:
+    return _GLOBAL_NAMES[name]
+  match = _LAYER.match(name)
+  if not match or match.group(2) not in _LAYER_NAMES:
+    raise KeyError(name)
+  path, transpose = _LAYER_NAMES[match.group(2)]
+  return f"blocks_{match.group(1)}/{path}", transpose
+
+
+def params_from_hf(
+  tensors: Mapping[str, np.ndarray], config: DecoderOnlyConfig, *, source: str
+) -> dict:
+  """HF-named tensors -> the parameter tree of `config` (every shape checked first)."""
+  expected = config.parameter_shapes()
+  flat: dict[str, np.ndarray] = {}
+  names: dict[str, tuple[str, bool]] = {}  # our path -> (HF name, transposed)
+  for name, tensor in tensors.items():
+    if _IGNORED.search(name):
+      continue
+    if name == "lm_head.weight" and config.tie_word_embeddings:
+      continue  # some exports store the tied output layer as well
+    try:
+      path, transpose = hf_name_to_param(name)
+    except KeyError:
+      raise CheckpointError(f"{source}: unexpected tensor {name!r} for this model") from None
+    if path not in expected:
+      raise CheckpointError(
+        f"{source}: tensor {name!r} does not belong to this configuration (biases, q/k norms "
+        "or an output layer the config does not have)"
+      )
+    array = np.asarray(tensor)
+    flat[path] = array.T if transpose else array
+    names[path] = (name, transpose)
+  missing = sorted(set(expected) - set(flat))
+  if missing:
+    raise CheckpointError(
+      f"{source}: missing tensors for {missing[:4]}{'...' if len(missing) > 4 else ''}"
+    )
+  dtype = jnp.dtype(config.dtype)
+  tree: dict = {}
+  for path, shape in expected.items():
+    if flat[path].shape != shape:
+      name, transpose = names[path]
+      have, need = (flat[path].shape, shape) if not transpose else (flat[path].T.shape, shape[::-1])
+      raise CheckpointError(f"{source}: tensor {name} has shape {have}, the config needs {need}")
+    node = tree
+    *parents, leaf = path.split("/")
+    for part in parents:
+      node = node.setdefault(part, {})
+    node[leaf] = jnp.asarray(flat[path], dtype)
+  return tree
+
+
+def param_to_hf_name(path: str) -> tuple[str, bool]:
+  """Our parameter path -> (HF tensor name, whether to transpose); inverse of the above."""
+  for name, (ours, transpose) in _GLOBAL_NAMES.items():
+    if path == ours:
+      return name, transpose
+  block, rest = path.split("/", 1)
+  for name, (ours, transpose) in _LAYER_NAMES.items():
+    if rest == ours:
+      return f"model.layers.{block.removeprefix('blocks_')}.{name}", transpose
+  raise KeyError(path)
+
+
+def hf_config_of(config: DecoderOnlyConfig, *, model_type: str = "llama") -> dict[str, Any]:
+  """The `config.json` transformers reads `config` from (transformers 4 and 5 both read it)."""
+  if model_type not in ARCHITECTURES:
+    raise ValueError(f"model_type must be one of {sorted(ARCHITECTURES)}, got {model_type!r}")
+  eos = list(config.eos_ids) if len(config.eos_ids) > 1 else config.eos_id
+  hf = {
+    "architectures": [ARCHITECTURES[model_type]],
+    "model_type": model_type,
+    "vocab_size": config.vocab_size,
+    "hidden_size": config.d_model,
+    "intermediate_size": config.mlp_dim,
+    "num_hidden_layers": config.num_layers,
+    "num_attention_heads": config.num_heads,
+    "num_key_value_heads": config.num_kv_heads,
+    "head_dim": config.head_dim,
+    "hidden_act": "silu",
+    "rms_norm_eps": config.layer_norm_epsilon,
+    "rope_theta": config.rope_theta,
+    "tie_word_embeddings": config.tie_word_embeddings,
+    "attention_bias": config.qkv_bias and config.out_bias,
+    "mlp_bias": config.mlp_bias,
+    "eos_token_id": eos,
+    "pad_token_id": config.pad_id,
+    "torch_dtype": "float32",
+  }
+  if config.rope_scaling is not None:
+    hf["rope_scaling"] = {"rope_type": config.rope_scaling[0], **dict(config.rope_scaling[1])}
+  if model_type == "mistral":
+    hf["sliding_window"] = config.sliding_window
+  return hf
+
+
+def save_hf_decoder_only(
+  model: DecoderOnly, directory: str | os.PathLike, *, model_type: str = "llama",
+  dtype: str = "float32",
+) -> None:  # fmt: skip
+  """Writes `model` as a Hugging Face directory (config.json + model.safetensors) that
+  `transformers.AutoModelForCausalLM.from_pretrained` and `load_model` read."""
+  if dtype not in ("float32", "float16", "bfloat16"):
+    raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
+  if model.config.rope_frequency_factors is not None:
+    raise ValueError("rope_frequency_factors (a GGUF rope_freqs tensor) has no config.json form")
+  from safetensors.numpy import save_file
+
+  from specsample.checkpoints.t5_params import flatten
+
+  os.makedirs(directory, exist_ok=True)
+  tensors = {}
+  for keys, value in flatten(model.params).items():
+    name, transpose = param_to_hf_name("/".join(keys))
+    array = np.asarray(jnp.asarray(value, jnp.float32))
+    array = array.T if transpose else array
+    if dtype == "bfloat16":
+      import ml_dtypes
+
+      array = array.astype(ml_dtypes.bfloat16)
+    else:
+      array = array.astype(dtype)
+    tensors[name] = np.ascontiguousarray(array)
+  save_file(tensors, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(hf_config_of(model.config, model_type=model_type), f, indent=2)
