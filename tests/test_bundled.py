@@ -9,7 +9,7 @@ import pytest
 
 from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, available, load_pair
 from specsample.cli import main
-from specsample.compare import DecodeSettings, compare
+from specsample.cli.compare import DecodeSettings, compare
 from specsample.core import SamplingConfig
 from specsample.data.gettext_pairs import read_tsv
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from specsample.cli import main
-from specsample.demo import DemoSettings, run_demo
+from specsample.cli.demo import DemoSettings, run_demo
 
 
 def test_demo_reports_exactness_and_acceptance(capsys):

@@ -10,8 +10,15 @@ import numpy as np
 from rich.console import Console
 
 from specsample import SamplingConfig, speculative_generate
+from specsample.cli.trace import (
+  ACCEPTED,
+  CORRECTION,
+  REJECTED,
+  render_html,
+  render_rich,
+  trace_lines,
+)
 from specsample.models import MarkovLM
-from specsample.trace import ACCEPTED, CORRECTION, REJECTED, render_html, render_rich, trace_lines
 
 EOS = 1
 

@@ -18,7 +18,7 @@ from t5_helpers import tiny_config
 import specsample.bundled as bundled
 from specsample.checkpoints import save_hf_t5
 from specsample.cli import main
-from specsample.compare import DecodeSettings, compare
+from specsample.cli.compare import DecodeSettings, compare
 from specsample.core import SamplingConfig
 from specsample.data.gettext_pairs import read_tsv
 from specsample.models.t5 import T5

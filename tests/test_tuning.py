@@ -9,7 +9,7 @@ import pytest
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.bench import costs, timing, tuning
-from specsample.cli import _gamma_value
+from specsample.cli.options import gamma_value as _gamma_value
 from specsample.core import theoretical_speedup
 from specsample.models import MarkovLM
 

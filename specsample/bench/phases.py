@@ -137,10 +137,10 @@ def phase_breakdown(
           target, draft, a, prompt_lengths=n, gamma=gamma, verification=rule, **common
         ).tokens
       ),
-      "calls": lambda a=array, n=length, i=n_iter, t=n_two: _speculative_calls(
+      "calls": lambda a=array, n=length, i=n_iter, t=n_two: speculative_model_calls(
         target, draft, a, n, i, t, gamma=gamma, positions=positions, with_draft=True
       ),
-      "target_calls": lambda a=array, n=length, i=n_iter, t=n_two: _speculative_calls(
+      "target_calls": lambda a=array, n=length, i=n_iter, t=n_two: speculative_model_calls(
         target, draft, a, n, i, t, gamma=gamma, positions=positions, with_draft=False
       ),
       "prefill": lambda a=array, n=length: _prefill(target, draft, a, n, positions=positions),
@@ -148,7 +148,7 @@ def phase_breakdown(
         target, None, a, n, positions=max_new_tokens
       ),
       "ar": lambda a=array, n=length: generate(target, a, prompt_lengths=n, **common).tokens,
-      "ar_calls": lambda a=array, n=length, s=n_steps: _autoregressive_calls(
+      "ar_calls": lambda a=array, n=length, s=n_steps: autoregressive_model_calls(
         target, a, n, s, positions=max_new_tokens
       ),
     }
@@ -157,7 +157,7 @@ def phase_breakdown(
     ):
       totals[name] += seconds_per_call
   # These programs will not run again: release their memory (see decoding.programs).
-  for program in (_prefill, _speculative_calls, _autoregressive_calls):
+  for program in (_prefill, speculative_model_calls, autoregressive_model_calls):
     program.clear_cache()
   clear_compiled_programs()
   clear_step_programs()
@@ -191,7 +191,7 @@ def _prefill(target, draft, prompts, lengths, *, positions: int):
 
 
 @functools.partial(jax.jit, static_argnames=("gamma", "positions", "with_draft"))
-def _speculative_calls(
+def speculative_model_calls(
   target,
   draft,
   prompts,
@@ -243,7 +243,7 @@ def _speculative_calls(
 
 
 @functools.partial(jax.jit, static_argnames=("positions",))
-def _autoregressive_calls(target, prompts, lengths, steps, *, positions: int):
+def autoregressive_model_calls(target, prompts, lengths, steps, *, positions: int):
   """Plain decoding's model calls, `steps` times, and nothing else."""
   state, token = target.init_state(prompts, lengths, positions)
   one = jnp.ones((prompts.shape[0],), jnp.int32)

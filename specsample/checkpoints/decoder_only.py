@@ -54,7 +54,12 @@ _GLOBAL_NAMES = {
   "model.embed_tokens.weight": ("embed/embedding", False),
   "model.norm.weight": ("final_norm/scale", False),
   "lm_head.weight": ("lm_head/kernel", True),
+  # specsample's own: the token ids of a reduced output layer (config output_vocab_size).
+  "lm_head.token_ids": ("output_ids", False),
 }
+# config.json keys of specsample's own (transformers ignores them).
+OUTPUT_VOCAB_KEY = "specsample_output_vocab_size"
+SHARED_EMBEDDING_KEY = "specsample_shared_embedding"
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 # Tensors some exports carry that the model recomputes: rotary tables.
 _IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.rotary_emb\..*)$")
@@ -132,6 +137,7 @@ def config_from_hf(
       mlp_bias=bool(hf.get("mlp_bias", False)),
       qk_norm=model_type == "qwen3",
       sliding_window=hf.get("sliding_window") if model_type == "mistral" else None,
+      output_vocab_size=hf.get(OUTPUT_VOCAB_KEY),
       eos_id=eos if eos else None,
       pad_id=int(pad),
       dtype=dtype,
@@ -152,11 +158,21 @@ def hf_name_to_param(name: str) -> tuple[str, bool]:
 
 
 def params_from_hf(
-  tensors: Mapping[str, np.ndarray], config: DecoderOnlyConfig, *, source: str
+  tensors: Mapping[str, np.ndarray],
+  config: DecoderOnlyConfig,
+  *,
+  source: str,
+  shared_embedding: np.ndarray | None = None,
 ) -> dict:
-  """HF-named tensors -> the parameter tree of `config` (every shape checked first)."""
+  """HF-named tensors -> the parameter tree of `config` (every shape checked first).
+
+  shared_embedding: the input embedding [vocab, d_model] for a checkpoint saved without
+  one (a draft that shares its target's, `specsample_shared_embedding` in config.json).
+  """
   expected = config.parameter_shapes()
   flat: dict[str, np.ndarray] = {}
+  if shared_embedding is not None:
+    flat["embed/embedding"] = np.asarray(shared_embedding)
   names: dict[str, tuple[str, bool]] = {}  # our path -> (HF name, transposed)
   for name, tensor in tensors.items():
     if _IGNORED.search(name):
@@ -191,7 +207,7 @@ def params_from_hf(
     *parents, leaf = path.split("/")
     for part in parents:
       node = node.setdefault(part, {})
-    node[leaf] = jnp.asarray(flat[path], dtype)
+    node[leaf] = jnp.asarray(flat[path], jnp.int32 if leaf == "output_ids" else dtype)
   return tree
 
 
@@ -241,10 +257,16 @@ def hf_config_of(config: DecoderOnlyConfig, *, model_type: str = "llama") -> dic
 
 def save_hf_decoder_only(
   model: DecoderOnly, directory: str | os.PathLike, *, model_type: str = "llama",
-  dtype: str = "float32",
+  dtype: str = "float32", include_embedding: bool = True,
 ) -> None:  # fmt: skip
   """Writes `model` as a Hugging Face directory (config.json + model.safetensors) that
-  `transformers.AutoModelForCausalLM.from_pretrained` and `load_model` read."""
+  `transformers.AutoModelForCausalLM.from_pretrained` and `load_model` read.
+
+  A reduced output layer (output_vocab_size) is written as specsample's own
+  `lm_head.token_ids`, which only `load_model` reads (`expand_output_layer` first for
+  transformers). include_embedding=False leaves the input embedding out, for a draft that
+  shares its target's (load it with `load_model(..., shared_embedding=...)`).
+  """
   if dtype not in ("float32", "float16", "bfloat16"):
     raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
   if model.config.rope_frequency_factors is not None:
@@ -257,6 +279,11 @@ def save_hf_decoder_only(
   tensors = {}
   for keys, value in flatten(model.params).items():
     name, transpose = param_to_hf_name("/".join(keys))
+    if name == "model.embed_tokens.weight" and not include_embedding:
+      continue
+    if name == "lm_head.token_ids":
+      tensors[name] = np.asarray(value, np.int32)
+      continue
     array = np.asarray(jnp.asarray(value, jnp.float32))
     array = array.T if transpose else array
     if dtype == "bfloat16":
@@ -267,5 +294,25 @@ def save_hf_decoder_only(
       array = array.astype(dtype)
     tensors[name] = np.ascontiguousarray(array)
   save_file(tensors, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+  hf = hf_config_of(model.config, model_type=model_type)
+  if model.config.output_vocab_size is not None:
+    hf[OUTPUT_VOCAB_KEY] = model.config.output_vocab_size
+  if not include_embedding:
+    hf[SHARED_EMBEDDING_KEY] = True
   with open(os.path.join(directory, "config.json"), "w") as f:
-    json.dump(hf_config_of(model.config, model_type=model_type), f, indent=2)
+    json.dump(hf, f, indent=2)
+
+
+def expand_output_layer(model: DecoderOnly) -> DecoderOnly:
+  """The same model with a full-vocabulary output layer (for export to transformers): the
+  reduced layer's rows at their token ids, zero rows elsewhere. Zero rows give logit 0,
+  not -inf, so the expanded model's distribution differs where the kept logits are not
+  well above 0 (greedy output of speculative decoding stays exact either way)."""
+  c = model.config
+  if c.output_vocab_size is None:
+    return model
+  kernel = model.params["lm_head"]["kernel"]  # [d_model, output_vocab]
+  full = jnp.zeros((c.d_model, c.vocab_size), kernel.dtype).at[:, model.params["output_ids"]]
+  params = {k: v for k, v in model.params.items() if k != "output_ids"}
+  params["lm_head"] = {"kernel": full.set(kernel)}
+  return DecoderOnly(params=params, config=c.replace(output_vocab_size=None))

@@ -71,7 +71,9 @@ def is_gguf(path: str) -> bool:
     return f.read(4) == b"GGUF"
 
 
-def load_model(path_or_hub_id: str | os.PathLike, *, dtype: str = "float32") -> T5 | DecoderOnly:
+def load_model(
+  path_or_hub_id: str | os.PathLike, *, dtype: str = "float32", shared_embedding=None
+) -> T5 | DecoderOnly:
   """Any checkpoint specsample reads, as a model behind the decoding contract.
 
   The format and architecture are read off the files:
@@ -83,9 +85,12 @@ def load_model(path_or_hub_id: str | os.PathLike, *, dtype: str = "float32") -> 
     - a hub id ("HuggingFaceTB/SmolLM2-135M-Instruct"): the cached snapshot, or a
       download of it (not with HF_HUB_OFFLINE=1), then as above.
   dtype: "float32" (CPUs) or "bfloat16" (accelerators); logits are float32 either way.
+  shared_embedding: the input embedding [vocab, d_model] of a draft saved without one
+    (it shares its target's: `specsample_shared_embedding` in its config.json).
   Raises CheckpointError naming the file and what was expected.
   """
   from specsample.checkpoints.decoder_only import (
+    SHARED_EMBEDDING_KEY,
     config_from_hf,
     is_decoder_only_config,
     params_from_hf,
@@ -109,7 +114,13 @@ def load_model(path_or_hub_id: str | os.PathLike, *, dtype: str = "float32") -> 
       hf = _with_generation_eos(hf, path)
       config = config_from_hf(hf, source=path, dtype=dtype)
       tensors = read_hf_tensors(path)
-      return DecoderOnly(params=params_from_hf(tensors, config, source=path), config=config)
+      if hf.get(SHARED_EMBEDDING_KEY) and shared_embedding is None:
+        raise CheckpointError(
+          f"{path}: this draft shares its target's input embedding; pass "
+          "shared_embedding=target.params['embed']['embedding']"
+        )
+      params = params_from_hf(tensors, config, source=path, shared_embedding=shared_embedding)
+      return DecoderOnly(params=params, config=config)
   return load_t5(path, dtype=dtype)
 
 

@@ -59,19 +59,38 @@ class Vocabulary:
     ids = list(self._seqio.encode(text)) if self._seqio else self._processor.EncodeAsIds(text)
     return [*ids, self.eos_id] if add_eos else ids
 
-  def piece_text(self, token: int) -> str:
-    """The surface text of one token (SentencePiece's word-start mark as a space)."""
+  def token_text(self, token: int) -> str:
+    """The surface text of one token (SentencePiece's word-start mark as a space); ids
+    past the SentencePiece model (T5's sentinels and padding) as <extra_id_N> / <id N>."""
+    token = int(token)
     if token == self.eos_id:
       return "</s>"
-    return self._processor.IdToPiece(int(token)).replace("\u2581", " ")
+    if token >= self.vocab_size:
+      return self._beyond_pieces(token)
+    return self._processor.IdToPiece(token).replace("\u2581", " ")
+
+  piece_text = token_text
+
+  def _beyond_pieces(self, token: int) -> str:
+    sentinel = self.vocab_size + 99 - token  # T5: <extra_id_0> is the last of 100
+    return f"<extra_id_{sentinel}>" if 0 <= sentinel < 100 else f"<id {token}>"
 
   def decode(self, ids: Sequence[int]) -> str:
-    """Text of the ids up to the first EOS; padding is dropped."""
-    kept = []
+    """Text of the ids up to the first EOS; padding is dropped; ids past the
+    SentencePiece model (T5's sentinels) are written as <extra_id_N> / <id N>."""
+    kept, parts = [], []
     for token in ids:
       token = int(token)
       if token == self.eos_id:
         break
-      if token != self.pad_id:
+      if token >= self.vocab_size:
+        parts += [self._decode_pieces(kept), self._beyond_pieces(token)]
+        kept = []
+      elif token != self.pad_id:
         kept.append(token)
+    if parts:
+      return "".join([*parts, self._decode_pieces(kept)])
+    return self._decode_pieces(kept)
+
+  def _decode_pieces(self, kept: list[int]) -> str:
     return self._seqio.decode(kept) if self._seqio else self._processor.DecodeIds(kept)

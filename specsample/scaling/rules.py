@@ -46,6 +46,7 @@ _PARAM_AXES: tuple[tuple[str, tuple[str, ...]], ...] = (
   (r"lm_head/kernel$", ("embed", "vocab")),
   (r"(gate|up)/kernel$", ("embed", "mlp")),
   (r"down/kernel$", ("mlp", "embed")),
+  (r"output_ids$", (None,)),
   (r"(query|key|value)/bias$", ("joined_kv",)),
   (r"(gate|up)/bias$", ("mlp",)),
   (r"(out|down)/bias$", ("embed",)),

@@ -34,6 +34,10 @@ class DecoderOnlyConfig:
   rope_frequency_factors: tuple[float, ...] | None = None
   layer_norm_epsilon: float = 1e-5
   tie_word_embeddings: bool = False
+  # A reduced output layer (drafts): logits for only this many tokens, whose ids are the
+  # parameter `output_ids` [output_vocab_size]; every other token gets -inf (probability 0,
+  # which speculative decoding's verification keeps exact). None: the full vocabulary.
+  output_vocab_size: int | None = None
   qkv_bias: bool = False  # Qwen2; Llama's attention_bias sets it and out_bias
   out_bias: bool = False
   mlp_bias: bool = False
@@ -60,6 +64,14 @@ class DecoderOnlyConfig:
         f"rope_frequency_factors needs head_dim / 2 = {self.head_dim // 2} values, "
         f"got {len(factors)}"
       )
+    if self.output_vocab_size is not None:
+      if not 1 <= self.output_vocab_size <= self.vocab_size:
+        raise ValueError(
+          f"output_vocab_size must be in 1..vocab_size={self.vocab_size}, "
+          f"got {self.output_vocab_size}"
+        )
+      if self.tie_word_embeddings:
+        raise ValueError("a reduced output layer (output_vocab_size) cannot be tied")
     if self.sliding_window is not None and self.sliding_window < 1:
       raise ValueError(f"sliding_window must be >= 1 or None, got {self.sliding_window}")
     if isinstance(self.eos_id, list | tuple):
@@ -85,8 +97,11 @@ class DecoderOnlyConfig:
     block = d * q + 2 * d * kv + q * d + 3 * d * self.mlp_dim + 2 * d
     block += (q + 2 * kv) * self.qkv_bias + d * self.out_bias
     block += (2 * self.mlp_dim + d) * self.mlp_bias + 2 * self.head_dim * self.qk_norm
-    embedding = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
-    return self.num_layers * block + d + embedding
+    if self.output_vocab_size is not None:
+      output = self.output_vocab_size * (d + 1)  # the kernel and its token ids
+    else:
+      output = 0 if self.tie_word_embeddings else self.vocab_size * d
+    return self.num_layers * block + d + self.vocab_size * d + output
 
   @property
   def mlp_hidden_width(self) -> int:

@@ -5,7 +5,8 @@ a SwiGLU MLP, and a tied or untied output layer.
 The cache is written in place at each row's own end index, so one call scores k tokens
 per row (verification of gamma draft tokens is one call). Parameter names: `embed`,
 `blocks_{i}/{attention_norm, query, key, value, out, query_norm, key_norm, mlp_norm,
-gate, up, down}`, `final_norm`, `lm_head`; kernels are [in, out].
+gate, up, down}`, `final_norm`, `lm_head` (and `output_ids` for a reduced output layer);
+kernels are [in, out].
 """
 
 from __future__ import annotations
@@ -106,7 +107,14 @@ class DecoderOnlyNetwork(nn.Module):
     self.embed = nn.Embed(c.vocab_size, c.d_model, dtype=dtype, param_dtype=dtype)
     self.blocks = [Block(c) for _ in range(c.num_layers)]
     self.final_norm = RMSNorm(c.layer_norm_epsilon, dtype)
-    if not c.tie_word_embeddings:
+    if c.output_vocab_size is not None:
+      self.lm_head = Projection(c.output_vocab_size, dtype=dtype)
+      self.output_ids = self.param(
+        "output_ids",
+        lambda _, shape: jnp.arange(shape[0], dtype=jnp.int32),
+        (c.output_vocab_size,),
+      )
+    elif not c.tie_word_embeddings:
       self.lm_head = Projection(c.vocab_size, dtype=dtype)
 
   def __call__(self, tokens, positions, caches, end_index):
@@ -119,6 +127,10 @@ class DecoderOnlyNetwork(nn.Module):
     x = self.final_norm(x)
     if self.config.tie_word_embeddings:
       logits = dense_transposed(x, self.embed.embedding)
+    elif self.config.output_vocab_size is not None:  # [batch, k, output_vocab] -> full vocab
+      kept = self.lm_head(x)
+      logits = jnp.full((*kept.shape[:-1], self.config.vocab_size), -jnp.inf, kept.dtype)
+      logits = logits.at[..., self.output_ids].set(kept)
     else:
       logits = self.lm_head(x)
     # float32 logits (float64 when the model computes in float64, for reference checks)

@@ -9,10 +9,10 @@ With --option, each XLA compiler-option variant is measured too, and with --xla-
 the same model with every product left to XLA (SPECSAMPLE_MATMUL=xla, no specsample
 small-k kernel), the variants' runs interleaved so that machine noise hits them alike.
 
-  python scripts/measure_verify_cost.py --preset t5-small --k 1 2 4 8
-  python scripts/measure_verify_cost.py --preset t5-base \
+  python scripts/dev/measure_verify_cost.py --preset t5-small --k 1 2 4 8
+  python scripts/dev/measure_verify_cost.py --preset t5-base \
     --option xla_cpu_experimental_ynn_fusion_type=
-  python scripts/measure_verify_cost.py --preset llama-134m --k 1 5 9 --xla-matmul
+  python scripts/dev/measure_verify_cost.py --preset llama-134m --k 1 5 9 --xla-matmul
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ interleaved, medians), next to plain `generate`. Greedy outputs must agree token
 token between the two versions and with `generate`.
 
   git show eca9d94:specsample/decoding/speculative.py > /tmp/speculative_before.py
-  python scripts/ab_speculative_loop.py /tmp/speculative_before.py --gamma 1 3 6
+  python scripts/dev/ab_speculative_loop.py /tmp/speculative_before.py --gamma 1 3 6
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ XLA's product (SPECSAMPLE_MATMUL=xla), side by side in one run. Each program cha
 products with many different weight matrices (about 400 MB, more than the caches), so
 the weights come from memory as in a model's forward pass; runs are interleaved, medians.
 
-  python scripts/measure_small_k_kernel.py
-  python scripts/measure_small_k_kernel.py --shapes 2048x8192 --k 1 8 16
+  python scripts/dev/measure_small_k_kernel.py
+  python scripts/dev/measure_small_k_kernel.py --shapes 2048x8192 --k 1 8 16
 """
 
 from __future__ import annotations

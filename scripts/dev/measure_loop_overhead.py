@@ -12,69 +12,23 @@ side by side in one run:
   ar        generate, per token;  ar-calls: only its model calls, per token
 
 overhead = spec - calls (and ar - ar-calls): the cost a real model pair pays on top of its
-forward passes. Medians of several runs, compilation excluded.
+forward passes. The model-calls-only loops are specsample.bench.phases' (the ones
+`specsample bench` uses). Medians of runs timed side by side, compilation excluded.
 
-  python scripts/measure_loop_overhead.py [--vocab 8 1024 8192] [--batch 1 8]
+  python scripts/dev/measure_loop_overhead.py [--vocab 8 1024 8192] [--batch 1 8]
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 
 import jax
 import jax.numpy as jnp
 
 from specsample import SamplingConfig, generate, speculative_generate
-from specsample.bench import time_call
+from specsample.bench import time_calls
+from specsample.bench.phases import autoregressive_model_calls, speculative_model_calls
 from specsample.models import MarkovLM
-
-
-def read_all(logits: jax.Array) -> jax.Array:
-  """A next token (0 or 1) that depends on every logit, so none can be skipped.
-
-  [batch, ..., vocab] -> int32[batch]. One pass over the logits: the least any decoder
-  must spend on them.
-  """
-  return (jnp.sum(logits.reshape(logits.shape[0], -1), axis=-1) > 0).astype(jnp.int32)
-
-
-@functools.partial(jax.jit, static_argnames=("gamma", "iterations", "positions"))
-def model_calls_only(model, prompts, lengths, *, gamma: int, iterations: int, positions: int):
-  """The speculative loop's model calls and nothing else (tokens chained cheaply)."""
-  target_state, pending = model.init_state(prompts, lengths, positions)
-  draft_state, _ = model.init_state(prompts, lengths, positions)
-  batch = prompts.shape[0]
-  all_rows = jnp.ones((batch,), jnp.int32)
-
-  def iteration(_, carry):
-    target_state, draft_state, token = carry
-    target_end, draft_end = target_state.end_index, draft_state.end_index
-    logits, draft_state = model.extend(draft_state, jnp.stack([token, token], 1), all_rows)
-    drafted = [read_all(logits[:, 1])]
-    for _ in range(gamma - 1):
-      logits, draft_state = model.extend(draft_state, drafted[-1][:, None], all_rows)
-      drafted.append(read_all(logits[:, 0]))
-    block = jnp.stack([token, *drafted], axis=1)  # [batch, gamma + 1]
-    logits, target_state = model.extend(target_state, block, all_rows * (gamma + 1))
-    token = read_all(logits)
-    return model.rewind(target_state, target_end), model.rewind(draft_state, draft_end), token
-
-  return jax.lax.fori_loop(0, iterations, iteration, (target_state, draft_state, pending))[2]
-
-
-@functools.partial(jax.jit, static_argnames=("steps", "positions"))
-def ar_model_calls_only(model, prompts, lengths, *, steps: int, positions: int):
-  state, pending = model.init_state(prompts, lengths, positions)
-  all_rows = jnp.ones((prompts.shape[0],), jnp.int32)
-
-  def step(_, carry):
-    state, token = carry
-    end = state.end_index
-    logits, state = model.extend(state, token[:, None], all_rows)
-    return model.rewind(state, end), read_all(logits)
-
-  return jax.lax.fori_loop(0, steps, step, (state, pending))[1]
 
 
 def measure(
@@ -84,28 +38,26 @@ def measure(
   prompts = jnp.ones((batch, 1), jnp.int32)
   lengths = jnp.ones((batch,), jnp.int32)
   prompt_list = [[1]] * batch
-  spec_time, out = time_call(
+  out = speculative_generate(
+    model, model, prompt_list, gamma=gamma, max_new_tokens=tokens, sampling=sampling
+  )
+  iterations = int(out.stats.target_calls)  # every block accepted: 2-token catch-ups
+  steps = int(
+    generate(model, prompt_list, max_new_tokens=tokens, sampling=sampling).stats.target_calls
+  )
+  positions = tokens + gamma + 1
+  calls = [
     lambda: speculative_generate(
       model, model, prompt_list, gamma=gamma, max_new_tokens=tokens, sampling=sampling
+    ).tokens,
+    lambda: speculative_model_calls(
+      model, model, prompts, lengths, iterations, iterations, gamma=gamma,
+      positions=positions, with_draft=True,
     ),
-    repeats=repeats,
-  )
-  iterations = int(out.stats.target_calls)
-  calls_time, _ = time_call(
-    lambda: model_calls_only(
-      model, prompts, lengths, gamma=gamma, iterations=iterations, positions=tokens + gamma + 1
-    ),
-    repeats=repeats,
-  )
-  ar_time, ar_out = time_call(
-    lambda: generate(model, prompt_list, max_new_tokens=tokens, sampling=sampling),
-    repeats=repeats,
-  )
-  steps = int(ar_out.stats.target_calls)
-  ar_calls_time, _ = time_call(
-    lambda: ar_model_calls_only(model, prompts, lengths, steps=steps, positions=tokens),
-    repeats=repeats,
-  )
+    lambda: generate(model, prompt_list, max_new_tokens=tokens, sampling=sampling).tokens,
+    lambda: autoregressive_model_calls(model, prompts, lengths, steps, positions=tokens),
+  ]  # fmt: skip
+  spec_time, calls_time, ar_time, ar_calls_time = time_calls(calls, repeats=repeats)[0]
   us = 1e6
   return {
     "spec": spec_time.median / iterations * us,

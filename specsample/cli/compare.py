@@ -1,15 +1,16 @@
 """Speculative vs autoregressive decoding of the same target, timed side by side.
 
 Used by `specsample translate` and `specsample generate`: both decoders run on the same
-prompts in the same process; each is called once to compile (reported separately) and
-then `repeats` times; the medians give the measured speedup.
+prompts in the same process; each is called once to compile (reported separately), then
+`repeats` rounds time each once in turn (bench.timing.time_calls: a slow spell of a
+shared machine lands on both); the medians give the measured speedup.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from specsample.bench import time_call
+from specsample.bench import time_calls
 from specsample.core import SamplingConfig
 from specsample.decoding import GenerationOutput, generate, speculative_generate
 
@@ -86,8 +87,10 @@ def compare(
       seed=settings.seed,
     )
 
-  spec_timing, spec_out = time_call(speculative, repeats=repeats)
-  ar_timing, ar_out = time_call(autoregressive, repeats=repeats) if baseline else (None, None)
+  calls = [speculative, autoregressive] if baseline else [speculative]
+  timings, outputs = time_calls(calls, repeats=repeats)
+  spec_timing, spec_out = timings[0], outputs[0]
+  ar_timing, ar_out = (timings[1], outputs[1]) if baseline else (None, None)
   return Comparison(
     speculative=spec_out,
     autoregressive=ar_out,

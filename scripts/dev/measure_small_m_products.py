@@ -10,7 +10,8 @@ program as constants, NumPy's BLAS, PyTorch) and prints, per k:
 milliseconds, r(k), GFLOP/s, and the roofline bound on r(k) from the best bandwidth
 (k = 1) and the best arithmetic rate (large k) measured in the same run.
 
-  python scripts/measure_small_m_products.py [--d-in 2048 --d-out 8192] [--k 1 2 4 8 9 16 64 256]
+  python scripts/dev/measure_small_m_products.py [--d-in 2048 --d-out 8192] \
+    [--k 1 2 4 8 9 16 64 256]
 """
 
 from __future__ import annotations

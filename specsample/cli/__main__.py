@@ -1,0 +1,5 @@
+import sys
+
+from specsample.cli.main import main
+
+sys.exit(main())

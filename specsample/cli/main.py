@@ -1,0 +1,165 @@
+"""The `specsample` command.
+
+specsample generate [TEXT...]   speculative decoding with any target/draft pair (GGUF,
+                                Hugging Face directories or hub ids, T5X); default:
+                                SmolLM2-135M-Instruct and its bundled draft, chat template
+specsample translate TEXT...    English -> German with the bundled T5 pair
+specsample bench ...            alpha, c, r, predicted vs measured speedup, gamma sweep and
+                                batch scaling of a pair (default: the bundled T5 pair)
+specsample plan ...             parameter, cache and activation bytes per device on a mesh,
+                                and whether they fit an accelerator (nothing is loaded)
+specsample demo                 the toy Markov pair, checked against exact distributions
+
+Bad arguments, unreadable checkpoints and bad model outputs end with one line on stderr
+and exit code 2; Ctrl-C with exit code 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from specsample.cli.options import add_decoding_options, int_list, positive_int, seed_value
+
+
+def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+  help_default = "" if required else " (default: SmolLM2-135M-Instruct and its bundled draft)"
+  parser.add_argument(
+    "--target", help="GGUF file, Hugging Face directory or hub id, or T5X checkpoint" + help_default
+  )
+  parser.add_argument("--draft", help="a checkpoint with the target's vocabulary")
+  parser.add_argument(
+    "--tokenizer",
+    "--vocab",
+    dest="tokenizer",
+    help="tokenizer (GGUF, tokenizer.json directory, spiece.model; default: the target's)",
+  )
+  parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse with one-line errors (exit code 2), like every other error of the command."""
+
+  def error(self, message: str):
+    self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = _Parser(prog="specsample", description=__doc__.split("\n\n")[0])
+  commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+  generate = commands.add_parser("generate", help="speculative decoding with any pair")
+  generate.add_argument("text", nargs="*", help="inputs, one argument each (or --input-file)")
+  generate.add_argument("--input-file", help="one input per line")
+  _add_model_options(generate, required=False)
+  chat = generate.add_mutually_exclusive_group()
+  chat.add_argument(
+    "--chat", dest="chat", action="store_true", default=None,
+    help="wrap each input as a user message in the chat template (default: when the "
+    "tokenizer has one and the target is decoder-only)",
+  )  # fmt: skip
+  chat.add_argument(
+    "--no-chat", dest="chat", action="store_false", help="encode inputs as they are"
+  )
+  generate.add_argument("--system", help="a system message for the chat template")
+  generate.add_argument("--prefix", default="", help='task prefix, e.g. "summarize: " (T5)')
+  scale = generate.add_argument_group("devices")
+  scale.add_argument("--mesh", help='shard over a device mesh, e.g. "data=2,model=4"')
+  scale.add_argument(
+    "--shard-draft", action="store_true", help="split the draft over the model axis too"
+  )
+  scale.add_argument(
+    "--distributed", action="store_true", help="multi-host: jax.distributed.initialize() first"
+  )
+  add_decoding_options(generate, max_new_tokens=64)
+
+  translate = commands.add_parser("translate", help="English -> German with the bundled pair")
+  translate.add_argument("text", nargs="+", help="English sentences (one argument each)")
+  add_decoding_options(translate, max_new_tokens=48)
+
+  bench = commands.add_parser("bench", help="measure a pair: alpha, c, r, speedups, plots")
+  _add_model_options(bench, required=False)
+  bench.add_argument("--prefix", default=None, help="task prefix (bundled pair: its own)")
+  bench.add_argument("--input-file", help="one input per line (default: the bundled test split)")
+  bench.add_argument("--num-prompts", type=positive_int, default=8, help="inputs to use")
+  bench.add_argument("--gammas", type=int_list, default="1-10", help='e.g. "1-10" or "2,4,8"')
+  bench.add_argument("--rules", nargs="+", choices=["token", "block"], default=["token", "block"])
+  bench.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+  bench.add_argument("--batch-sizes", type=int_list, default="1,4,8,16")
+  bench.add_argument("--max-new-tokens", type=positive_int, default=48)
+  bench.add_argument("--repeats", type=positive_int, default=3, help="timed runs per decode")
+  bench.add_argument("--seed", type=seed_value, default=0)
+  bench.add_argument("--out", default="bench_out", help="directory for JSON, markdown, plots")
+  bench.add_argument("--overwrite", action="store_true", help="replace an existing report")
+  bench.add_argument("--title", default=None)
+
+  planner = commands.add_parser("plan", help="memory per device on a mesh, before loading")
+  planner.add_argument("--target", required=True, help="preset (t5-11b) or HF directory")
+  planner.add_argument("--draft", help="preset or HF directory")
+  planner.add_argument("--mesh", default=None, help='e.g. "data=2,model=4" (default: data=1)')
+  planner.add_argument("--draft-mesh", default=None, help="default: the target's mesh")
+  planner.add_argument("--batch", type=positive_int, default=1)
+  planner.add_argument("--input-length", type=positive_int, default=512, help="prompt tokens")
+  planner.add_argument("--max-new-tokens", type=positive_int, default=128)
+  planner.add_argument("--gamma", type=positive_int, default=4)
+  planner.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+  planner.add_argument("--accelerator", nargs="+", help="check only these (default: all known)")
+
+  from specsample.cli.demo import DemoSettings
+
+  demo = commands.add_parser("demo", help="speculative sampling on a toy Markov model pair")
+  defaults = DemoSettings()
+  demo.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
+  demo.add_argument("--gamma", type=int, default=defaults.gamma)
+  demo.add_argument("--verification", choices=["token", "block"], default=defaults.verification)
+  demo.add_argument("--temperature", type=float, default=defaults.temperature)
+  demo.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+  demo.add_argument("--samples", type=int, default=defaults.samples)
+  demo.add_argument("--draft-noise", type=float, default=defaults.draft_noise)
+  demo.add_argument("--seed", type=seed_value, default=defaults.seed)
+  return parser
+
+
+def _run_demo(args) -> int:
+  from specsample.cli.demo import DemoSettings, run_demo
+
+  fields = {f.name for f in dataclasses.fields(DemoSettings)}
+  settings = DemoSettings(**{k: v for k, v in vars(args).items() if k in fields})
+  if settings.temperature <= 0:
+    print("specsample demo: --temperature must be > 0 for the sampling part", file=sys.stderr)
+    return 2
+  run_demo(settings)
+  return 0
+
+
+def _runner(command: str):
+  from specsample.cli import bench, generate
+
+  return {
+    "generate": generate.run_generate,
+    "translate": generate.run_translate,
+    "bench": bench.run_bench,
+    "plan": bench.run_plan,
+    "demo": _run_demo,
+  }[command]
+
+
+def main(argv: list[str] | None = None) -> int:
+  from specsample.decoding import NonFiniteLogitsError
+
+  args = _parser().parse_args(argv)
+  try:
+    return _runner(args.command)(args)
+  except KeyboardInterrupt:
+    print(f"specsample {args.command}: interrupted", file=sys.stderr)
+    return 130
+  except (ValueError, TypeError, OSError, NonFiniteLogitsError) as error:
+    # ValueError includes CheckpointError and the CLI's UsageError.
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    print(f"specsample {args.command}: {message}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+  sys.exit(main())

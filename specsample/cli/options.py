@@ -1,0 +1,213 @@
+"""Options the commands share, their parsers, and the checks made before any work starts
+(inputs, output paths, tokenizer against model): a bad argument costs a one-line message,
+never a finished run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+
+from specsample.cli.compare import DecodeSettings
+from specsample.core import SamplingConfig
+from specsample.decoding.inputs import SEED_RANGE
+from specsample.decoding.speculative import MAX_GAMMA
+
+
+class UsageError(ValueError):
+  """A bad combination of arguments (exit code 2, one line)."""
+
+
+def gamma_value(text: str) -> int | str:
+  if text == "auto":
+    return text
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+      f'expected a positive integer or "auto", got {text!r}'
+    ) from None
+  if not 1 <= value <= MAX_GAMMA:
+    raise argparse.ArgumentTypeError(f"gamma must be in 1..{MAX_GAMMA}, got {value}")
+  return value
+
+
+def seed_value(text: str) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+  if not SEED_RANGE[0] <= value < SEED_RANGE[1]:
+    raise argparse.ArgumentTypeError(f"seed must be in [-2**63, 2**63), got {text}")
+  return value
+
+
+def positive_int(text: str) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+  return value
+
+
+def int_list(text: str) -> tuple[int, ...]:
+  """ "1-10" or "2,4,8" -> a tuple of ints."""
+  values: list[int] = []
+  try:
+    for part in text.split(","):
+      if "-" in part:
+        low, high = (int(x) for x in part.split("-"))
+        values += range(low, high + 1)
+      else:
+        values.append(int(part))
+  except ValueError:
+    raise argparse.ArgumentTypeError(f'expected e.g. "1-10" or "2,4,8", got {text!r}') from None
+  if not values or min(values) < 1:
+    raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+  return tuple(values)
+
+
+def add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
+  group = parser.add_argument_group("decoding")
+  group.add_argument(
+    "--gamma",
+    type=gamma_value,
+    default=None,
+    help=f'draft tokens per iteration (1..{MAX_GAMMA}), or "auto" (measure alpha, c, r here '
+    "and pick the best; default: the pair's recommended gamma, else 4)",
+  )
+  group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+  group.add_argument("--top-k", type=int, default=0, help="0 = off")
+  group.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+  group.add_argument("--verification", choices=["token", "block"], default="token")
+  group.add_argument("--max-new-tokens", type=positive_int, default=max_new_tokens)
+  group.add_argument("--seed", type=seed_value, default=0)
+  group.add_argument("--repeats", type=positive_int, default=3, help="timed runs (median)")
+  group.add_argument("--no-baseline", action="store_true", help="skip the autoregressive run")
+  group.add_argument(
+    "--trace",
+    nargs="?",
+    const="specsample_trace.html",
+    metavar="HTML",
+    help="draw the acceptance trace in the terminal and write it as HTML "
+    "(default file: specsample_trace.html)",
+  )
+  group.add_argument(
+    "--overwrite", action="store_true", help="replace an existing trace file or report"
+  )
+
+
+def sampling_of(args) -> SamplingConfig:
+  return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
+def decode_settings(args, default_gamma: int = 4) -> DecodeSettings:
+  return DecodeSettings(
+    gamma=default_gamma if args.gamma is None else args.gamma,
+    max_new_tokens=args.max_new_tokens,
+    sampling=sampling_of(args),
+    verification=args.verification,
+    seed=args.seed,
+  )
+
+
+def resolve_gamma(target, draft, prompts, args, prompt_lengths=None) -> None:
+  """Replaces --gamma auto by the tuned gamma (measured once, before the timed runs)."""
+  if args.gamma != "auto":
+    return
+  from specsample.bench.tuning import tune_gamma
+
+  choice = tune_gamma(
+    target,
+    draft,
+    prompts,
+    sampling=sampling_of(args),
+    verification=args.verification,
+    seed=args.seed,
+    prompt_lengths=prompt_lengths,
+  )
+  predicted = ", ".join(f"{g}: {s:.2f}x" for g, s in choice.predicted_speedup.items())
+  print(
+    f"gamma auto -> {choice.gamma} (alpha {choice.alpha:.2f}, c {choice.c:.3f}, "
+    f"r({choice.gamma + 1}) {choice.r[choice.gamma]:.2f}; predicted speedup by gamma {predicted})",
+    file=sys.stderr,
+  )
+  args.gamma = choice.gamma
+
+
+def read_inputs(texts: list[str], input_file: str | None) -> list[str]:
+  """The inputs: positional texts or the non-empty lines of --input-file (not both)."""
+  if input_file:
+    if texts:
+      raise UsageError("give inputs as arguments or with --input-file, not both")
+    path = pathlib.Path(input_file)
+    if path.is_dir():
+      raise UsageError(f"--input-file {input_file} is a directory, not a file")
+    if not path.exists():
+      raise UsageError(f"--input-file {input_file}: no such file")
+    try:
+      lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+      raise UsageError(f"--input-file {input_file} is not UTF-8 text ({error.reason})") from None
+    texts = [line for line in lines if line.strip()]
+    if not texts:
+      raise UsageError(f"--input-file {input_file} has no non-empty lines")
+    return texts
+  if not texts:
+    raise UsageError("give inputs as arguments or with --input-file")
+  for number, text in enumerate(texts, start=1):
+    if not text.strip():
+      raise UsageError(f"input {number} is empty: give some text to decode")
+  return texts
+
+
+def check_new_file(path: str, *, overwrite: bool, what: str) -> None:
+  """Before the work: `path` can be written, and is not an existing file unless `overwrite`."""
+  target = pathlib.Path(path)
+  if target.is_dir():
+    raise UsageError(f"{what} {path} is a directory")
+  if target.exists() and not overwrite:
+    raise UsageError(f"{what} {path} exists; pass --overwrite to replace it")
+  parent = target.parent if str(target.parent) else pathlib.Path(".")
+  if not parent.is_dir():
+    raise UsageError(f"{what} {path}: directory {parent} does not exist")
+  if not os.access(parent, os.W_OK):
+    raise UsageError(f"{what} {path}: directory {parent} is not writable")
+
+
+def check_output_directory(path: str, names, *, overwrite: bool) -> None:
+  """Before the work: the report directory can be made and written, and holds none of
+  `names` unless `overwrite`."""
+  directory = pathlib.Path(path)
+  if directory.exists() and not directory.is_dir():
+    raise UsageError(f"--out {path} is a file, not a directory")
+  existing = [name for name in names if (directory / name).exists()]
+  if existing and not overwrite:
+    raise UsageError(
+      f"--out {path} already holds {', '.join(existing)}; pass --overwrite to replace them"
+    )
+  probe = directory
+  while not probe.exists():
+    probe = probe.parent
+  if not os.access(probe, os.W_OK):
+    raise UsageError(f"--out {path}: {probe} is not writable")
+
+
+def check_tokenizer(tokenizer, model, role: str = "target") -> None:
+  """The tokenizer must fit the model: no token id past the model's vocabulary, and not
+  a much smaller vocabulary (models pad theirs: T5 by its 100 sentinels to a multiple of
+  128, some LLMs to multiples of 64-256; more than 5% missing means another tokenizer)."""
+  have, need = int(tokenizer.vocab_size), int(model.vocab_size)
+  if have > need:
+    raise UsageError(
+      f"the tokenizer has {have} tokens but the {role} model only {need}: not this model's "
+      "tokenizer (--tokenizer / --vocab)"
+    )
+  if have < 0.95 * need:
+    raise UsageError(
+      f"the tokenizer has {have} tokens but the {role} model {need}: not this model's "
+      "tokenizer (--tokenizer / --vocab)?"
+    )
