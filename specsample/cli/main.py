@@ -28,7 +28,10 @@ def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> No
   parser.add_argument(
     "--target", help="GGUF file, Hugging Face directory or hub id, or T5X checkpoint" + help_default
   )
-  parser.add_argument("--draft", help="a checkpoint with the target's vocabulary")
+  parser.add_argument(
+    "--draft",
+    help='a checkpoint with the target\'s vocabulary, or "ngram" / "ngram:N" (prompt lookup)',
+  )
   parser.add_argument(
     "--tokenizer",
     "--vocab",
@@ -80,8 +83,19 @@ def _parser() -> argparse.ArgumentParser:
 
   bench = commands.add_parser("bench", help="measure a pair: alpha, c, r, speedups, plots")
   _add_model_options(bench, required=False)
+  bench.add_argument(
+    "--pair", choices=["ende", "smollm2"], default=None,
+    help="a bundled pair: the EN->DE T5 pair on its test split (default), or SmolLM2-135M-"
+    "Instruct with its draft (or --draft ngram) on the bundled mixed prompts",
+  )  # fmt: skip
+  chat = bench.add_mutually_exclusive_group()
+  chat.add_argument("--chat", dest="chat", action="store_true", default=None)
+  chat.add_argument("--no-chat", dest="chat", action="store_false")
+  bench.set_defaults(system=None)
   bench.add_argument("--prefix", default=None, help="task prefix (bundled pair: its own)")
-  bench.add_argument("--input-file", help="one input per line (default: the bundled test split)")
+  bench.add_argument(
+    "--input-file", help="one input per line, or JSONL with 'prompt' (default: the pair's own)"
+  )
   bench.add_argument("--num-prompts", type=positive_int, default=8, help="inputs to use")
   bench.add_argument("--gammas", type=int_list, default="1-10", help='e.g. "1-10" or "2,4,8"')
   bench.add_argument("--rules", nargs="+", choices=["token", "block"], default=["token", "block"])

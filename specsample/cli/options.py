@@ -211,3 +211,17 @@ def check_tokenizer(tokenizer, model, role: str = "target") -> None:
       f"the tokenizer has {have} tokens but the {role} model {need}: not this model's "
       "tokenizer (--tokenizer / --vocab)?"
     )
+
+
+def load_draft(spec: str, target, *, dtype: str):
+  """--draft: a checkpoint, or "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
+  if spec == "ngram" or spec.startswith("ngram:"):
+    from specsample.models.ngram import NGramDraft
+
+    size = spec.partition(":")[2] or "3"
+    if not size.isdigit() or not 1 <= int(size) <= 8:
+      raise UsageError(f"--draft {spec}: the n-gram size must be 1..8, e.g. ngram:3")
+    return NGramDraft.for_target(target, max_ngram=int(size))
+  from specsample.checkpoints import load_model
+
+  return load_model(spec, dtype=dtype)
