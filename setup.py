@@ -24,10 +24,11 @@ setup(
     Extension(
       "specsample.kernels._small_k_matmul",
       sources=["specsample/kernels/small_k_matmul.cc"],
-      depends=["specsample/kernels/small_k_matmul.h"],
+      depends=["specsample/kernels/small_k_matmul.h", "specsample/kernels/small_k_matmul_simd.h"],
       include_dirs=[_xla_ffi_include_dir()],
-      # AVX-512 code is confined to functions marked target("avx512f") and only called
-      # after a run-time CPU check, so the library loads on any x86-64 CPU.
+      # AVX-512 and AVX2 code is confined to functions marked target("avx512f,...") or
+      # target("avx2,fma") and only called after a run-time CPU check, so the library loads
+      # on any x86-64 CPU.
       extra_compile_args=["-O3", "-std=c++17", "-w"],
       language="c++",
       optional=True,

@@ -1,11 +1,19 @@
 """The CPU kernel for products with few rows (specsample.kernels.small_k).
 
-It must give XLA's product to float32 rounding for every shape it takes (row counts 1..16,
-tails of the 16-float vectors, leading axes, thread splits), hand everything else to XLA,
-differentiate like a product, and leave the models' outputs unchanged.
+It must give XLA's product to float32 rounding for every shape it takes (row counts 1..64,
+tails of the 8- and 16-float vectors, leading axes, thread splits), hand everything else to
+XLA, differentiate like a product, and leave the models' outputs unchanged, with the kernels
+of each instruction set the CPU can run (AVX-512 and AVX2 + FMA: the `isa` fixture picks
+them in turn, as SPECSAMPLE_SMALL_K_ISA does when the kernel is loaded).
 """
 
 from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,9 +22,35 @@ import pytest
 
 from specsample.kernels import small_k
 
+CPU_ISAS = small_k.supported_instruction_sets()  # () when the extension is not built
+
 requires_kernel = pytest.mark.skipif(
-  small_k.why_not_available() == "this CPU lacks AVX-512", reason="this CPU lacks AVX-512"
+  small_k.why_not_available() == small_k.CPU_LACKS_ISA, reason=small_k.CPU_LACKS_ISA
 )
+
+
+@pytest.fixture(
+  params=[
+    pytest.param(isa, marks=pytest.mark.skipif(isa not in CPU_ISAS, reason=f"CPU lacks {isa}"))
+    for isa in ("avx512f", "avx2")
+  ]
+)
+def isa(request):
+  """Runs a test with each instruction set's kernels (those the CPU lacks skip), then gives
+  the process its own choice back."""
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv(small_k.ISA_VARIABLE, request.param)
+    small_k._load.cache_clear()
+    assert small_k.instruction_set() == request.param, small_k.why_not_available()
+    yield request.param
+  small_k._load.cache_clear()
+  small_k._load()
+
+
+def _jit(function):
+  # A new function each time: jit caches traces by function, and the choice of kernel or
+  # XLA is made while tracing.
+  return jax.jit(lambda *a: function(*a))
 
 
 def _close(actual, x, w_dn):
@@ -28,36 +62,115 @@ def _close(actual, x, w_dn):
 
 
 def _hlo(function, *args) -> str:
-  # A new function each time: jit caches traces by function, and the choice is made while
-  # tracing.
-  return jax.jit(lambda *a: function(*a)).lower(*args).as_text()
+  return _jit(function).lower(*args).as_text()
 
 
 @requires_kernel
-def test_kernel_is_built_here():
+def test_kernel_is_built_here(monkeypatch):
   # CI builds it (pip install -e . compiles setup.py's extension); a silent fallback to XLA
   # would leave every other test here testing XLA against itself.
   assert small_k.kernel_available(), small_k.why_not_available()
+  monkeypatch.delenv(small_k.ISA_VARIABLE, raising=False)
+  small_k._load.cache_clear()
+  try:
+    assert small_k.instruction_set() == CPU_ISAS[0]  # the best this CPU has
+  finally:
+    monkeypatch.undo()
+    small_k._load.cache_clear()
 
 
 @requires_kernel
-@pytest.mark.parametrize("rows", [*range(1, 18), 20, 31, 32, 33, 48, 64])
-def test_matmul_matches_product_for_every_row_count(rows):
-  rng = np.random.default_rng(rows)
-  # n = 200: full vectors of every width and a 8-float tail; d = 300 rows of w
-  x = rng.standard_normal((rows, 300), np.float32)
-  w = rng.standard_normal((300, 200), np.float32)
-  assert "specsample_small_k_matmul" in _hlo(small_k.matmul, x, w)
-  _close(jax.jit(small_k.matmul)(x, w), x, w)
-  e = np.ascontiguousarray(w.T)  # [n, d]
-  transposed = _hlo(small_k.matmul_transposed, x, e)
-  assert ("specsample_small_k_matmul_transposed" in transposed) == (
-    rows <= small_k.MAX_ROWS_TRANSPOSED
+def test_the_instruction_set_variable_is_read_when_the_kernel_is_loaded():
+  # A process started with SPECSAMPLE_SMALL_K_ISA=avx2 runs the AVX2 kernels (also on an
+  # AVX-512 CPU), from the first product on.
+  script = (
+    "import numpy as np, jax\n"
+    "from specsample.kernels import small_k\n"
+    "x, w = np.ones((5, 40), np.float32), np.ones((40, 24), np.float32)\n"
+    "assert np.array_equal(jax.jit(small_k.matmul)(x, w), x @ w)\n"
+    "print(small_k.instruction_set(), small_k.supported_instruction_sets())\n"
   )
-  _close(jax.jit(small_k.matmul_transposed)(x, e), x, w)
+  env = {**os.environ, small_k.ISA_VARIABLE: "avx2"}
+  env.pop(small_k.ENV_VARIABLE, None)
+  done = subprocess.run(
+    [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+  )
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.split()[0] == "avx2", done.stdout
 
 
 @requires_kernel
+def test_the_instruction_set_variable_refuses_what_it_cannot_give(monkeypatch):
+  try:
+    monkeypatch.setenv(small_k.ISA_VARIABLE, "sse2")
+    small_k._load.cache_clear()
+    with pytest.raises(ValueError, match="SPECSAMPLE_SMALL_K_ISA='sse2'"):
+      small_k.kernel_available()
+    for value in ("", "auto"):
+      monkeypatch.setenv(small_k.ISA_VARIABLE, value)
+      small_k._load.cache_clear()
+      assert small_k.instruction_set() == CPU_ISAS[0]
+    if "avx512f" not in CPU_ISAS:  # insisting on AVX-512 leaves every product to XLA
+      monkeypatch.setenv(small_k.ISA_VARIABLE, "avx512f")
+      small_k._load.cache_clear()
+      assert not small_k.kernel_available()
+      assert "SPECSAMPLE_SMALL_K_ISA=avx512f" in small_k.why_not_available()
+      x, w = np.ones((3, 8), np.float32), np.ones((8, 5), np.float32)
+      assert "specsample_small_k" not in _hlo(small_k.matmul, x, w)
+  finally:
+    monkeypatch.undo()
+    small_k._load.cache_clear()
+    small_k._load()
+
+
+@requires_kernel
+def test_the_handlers_refuse_to_run_without_an_instruction_set():
+  # Programs compiled with the kernel and run after the kernels were switched off (an
+  # instruction set the CPU lacks) fail with an error instead of running unknown code.
+  x, w = np.ones((3, 8), np.float32), np.ones((8, 5), np.float32)
+  product = _jit(small_k.matmul)
+  np.testing.assert_array_equal(product(x, w), x @ w)
+  library = ctypes.CDLL(importlib.util.find_spec(small_k._EXTENSION).origin)  # the same one
+  try:
+    assert library.SpecsampleSmallKMatmulUseIsa(99) == 0  # no such instruction set
+    # (XLA reports the handler's UNIMPLEMENTED error as a ValueError)
+    with pytest.raises((ValueError, jax.errors.JaxRuntimeError), match="no AVX-512 or AVX2"):
+      jax.block_until_ready(product(x, w))
+  finally:
+    small_k._load.cache_clear()
+    small_k._load()  # the process's own choice again
+  np.testing.assert_array_equal(product(x, w), x @ w)
+
+
+@pytest.mark.parametrize("rows", [*range(1, 18), 20, 31, 32, 33, 48, 56, 57, 64])
+def test_matmul_matches_product_for_every_row_count(rows, isa):
+  rng = np.random.default_rng(rows)
+  # n = 203: whole panels of every width, single vectors and a tail (of 11 floats of 16, 3
+  # of 8); d = 300 rows of w, and the tail of the transposed kernel's rows (12 of 16, 4 of 8)
+  x = rng.standard_normal((rows, 300), np.float32)
+  w = rng.standard_normal((300, 203), np.float32)
+  e = np.ascontiguousarray(w.T)  # [n, d]
+  for product, operand, transposed in (
+    (small_k.matmul, w, False),
+    (small_k.matmul_transposed, e, True),
+  ):
+    target = "specsample_small_k_matmul_transposed" if transposed else "specsample_small_k_matmul"
+    assert (target in _hlo(product, x, operand)) == (
+      rows <= small_k.row_limit(transposed=transposed)
+    )
+    _close(_jit(product)(x, operand), x, w)
+  # The kernels themselves take up to MAX_ROWS rows, also past this CPU's row limits.
+  _close(_jit(small_k._kernel_matmul)(x, w), x, w)
+  _close(_jit(small_k._kernel_matmul_transposed)(x, e), x, w)
+
+
+def test_row_limits_stay_within_what_the_kernels_take():
+  assert set(small_k._ROW_LIMITS) == set(small_k._ISA_CODES)
+  for rows, rows_transposed in small_k._ROW_LIMITS.values():
+    assert 1 <= rows <= small_k.MAX_ROWS  # kMaxRows in small_k_matmul.h
+    assert 1 <= rows_transposed <= small_k.MAX_ROWS_TRANSPOSED <= small_k.MAX_ROWS
+
+
 @pytest.mark.parametrize(
   "x_shape, n",
   [
@@ -67,28 +180,29 @@ def test_matmul_matches_product_for_every_row_count(rows):
     ((9, 768), 2048),  # a T5-base-sized layer: split over threads
     ((2, 8, 384), 4100),  # more than one 4096-column chunk, plus a tail
     ((3, 2048), 513),  # d split over threads unevenly
-    ((2, 13, 96), 300),  # 26 rows: two groups of 13 over each strip of w
+    ((2, 13, 96), 300),  # 26 rows: groups of 8-9 (AVX-512) or 6-7 (AVX2) per strip of w
+    ((7, 40), 61),  # AVX2: 7 rows as 3 + 4 over each strip; 8-lane tails
+    ((2, 9, 770), 2001),  # 18 rows: the transposed kernel's 12-row blocks, d tails, threads
   ],
 )
-def test_matmul_matches_product_for_odd_shapes(x_shape, n):
+def test_matmul_matches_product_for_odd_shapes(x_shape, n, isa):
   rng = np.random.default_rng(sum(x_shape) + n)
   x = rng.standard_normal(x_shape, np.float32)
   w = rng.standard_normal((x_shape[-1], n), np.float32)
-  y = jax.jit(small_k.matmul)(x, w)
+  y = _jit(small_k.matmul)(x, w)
   assert y.shape == (*x_shape[:-1], n) and y.dtype == jnp.float32
   _close(y, x, w)
-  yt = jax.jit(small_k.matmul_transposed)(x, np.ascontiguousarray(w.T))
+  yt = _jit(small_k.matmul_transposed)(x, np.ascontiguousarray(w.T))
   assert yt.shape == (*x_shape[:-1], n)
   _close(yt, x, w)
 
 
-@requires_kernel
-def test_products_the_kernel_does_not_take_go_to_xla(monkeypatch):
+def test_products_the_kernel_does_not_take_go_to_xla(monkeypatch, isa):
   rng = np.random.default_rng(0)
   w = rng.standard_normal((64, 32), np.float32)
   many = rng.standard_normal((small_k.MAX_ROWS + 1, 64), np.float32)
   assert "specsample_small_k" not in _hlo(small_k.matmul, many, w)
-  _close(jax.jit(small_k.matmul)(many, w), many, w)
+  _close(_jit(small_k.matmul)(many, w), many, w)
   half = jnp.asarray(many[:4], jnp.bfloat16)  # not float32
   assert "specsample_small_k" not in _hlo(small_k.matmul, half, jnp.asarray(w, jnp.bfloat16))
   few = many[:4]
@@ -109,8 +223,7 @@ def test_bad_shapes_are_refused():
     small_k.matmul(x, jnp.ones((8,)))
 
 
-@requires_kernel
-def test_gradients_and_vmap_match_xla():
+def test_gradients_and_vmap_match_xla(isa):
   rng = np.random.default_rng(1)
   x = jnp.asarray(rng.standard_normal((3, 40), np.float32))
   w = jnp.asarray(rng.standard_normal((40, 24), np.float32))
@@ -130,8 +243,7 @@ def test_gradients_and_vmap_match_xla():
   _close(batched[:, 0], np.asarray(x), np.asarray(w))
 
 
-@requires_kernel
-def test_independent_products_in_one_program_share_the_thread_pool():
+def test_independent_products_in_one_program_share_the_thread_pool(isa):
   # XLA may run independent custom calls at once; each hands work to the same pool and must
   # neither deadlock nor mix up its parts.
   rng = np.random.default_rng(2)
@@ -160,9 +272,8 @@ def _extend_logits(model, tokens):
   return jax.jit(run)
 
 
-@requires_kernel
 @pytest.mark.parametrize("family", ["t5 v1.0 (tied output layer)", "t5 v1.1", "decoder-only tied"])
-def test_models_give_the_same_logits_with_the_kernel(family, monkeypatch):
+def test_models_give_the_same_logits_with_the_kernel(family, monkeypatch, isa):
   from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
   from specsample.models.t5 import T5, T5Config
 
@@ -227,4 +338,4 @@ def test_without_the_extension_every_product_goes_to_xla(monkeypatch):
   finally:
     monkeypatch.undo()
     small_k._load.cache_clear()  # registers the targets again (idempotent)
-  assert small_k.why_not_available() in (None, "this CPU lacks AVX-512")
+  assert "not built" not in (small_k.why_not_available() or "")

@@ -8,6 +8,7 @@ the weights come from memory as in a model's forward pass; runs are interleaved,
 
   python scripts/dev/measure_small_k_kernel.py
   python scripts/dev/measure_small_k_kernel.py --shapes 2048x8192 --k 1 8 16
+  SPECSAMPLE_SMALL_K_ISA=avx2 python scripts/dev/measure_small_k_kernel.py --all-rows --k 48 64
 """
 
 from __future__ import annotations
@@ -49,12 +50,22 @@ def main() -> None:
   parser.add_argument("--k", type=int, nargs="+", default=[1, 4, 8, 9, 16, 32])
   parser.add_argument("--repeats", type=int, default=15)
   parser.add_argument("--megabytes", type=float, default=400, help="weights per program")
+  parser.add_argument(
+    "--all-rows",
+    action="store_true",
+    help="the kernels up to MAX_ROWS rows, also past this CPU's row limits (to set them)",
+  )
   args = parser.parse_args()
   if not small_k.kernel_available():
     raise SystemExit(f"the kernel is not available: {small_k.why_not_available()}")
+  if args.all_rows:
+    small_k._ROW_LIMITS = dict.fromkeys(small_k._ROW_LIMITS, (small_k.MAX_ROWS, small_k.MAX_ROWS))
 
   rng = np.random.default_rng(0)
-  print(f"jax {jax.__version__}; ms per product, medians of {args.repeats} interleaved runs")
+  print(
+    f"jax {jax.__version__}, {small_k.instruction_set()} kernels; ms per product, medians of "
+    f"{args.repeats} interleaved runs"
+  )
   print("| d x n | k | kernel | XLA | ratio | transposed kernel | XLA transposed | ratio |")
   print("|---|---|---|---|---|---|---|---|")
   for shape in args.shapes:

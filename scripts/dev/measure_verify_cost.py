@@ -61,7 +61,7 @@ def main() -> None:
   prompts = jnp.ones((args.batch, args.encoder_length), jnp.int32)
   lengths = jnp.full((args.batch,), args.encoder_length, jnp.int32)
   state, _ = jax.jit(lambda m: m.init_state(prompts, lengths, args.cache_length))(model)
-  matmul = "kernel" if small_k.kernel_available() else "XLA"
+  matmul = f"{small_k.instruction_set()} kernel" if small_k.kernel_available() else "XLA"
   variants = {f"default ({matmul} products)": ({}, "auto")}
   for option in args.option:
     name, _, value = option.partition("=")

@@ -1,16 +1,19 @@
 """Hand-written compute kernels behind plain array functions (no models, no flax).
 
 - `small_k`: `matmul(x, w)` and `matmul_transposed(x, e)` for products with few rows
-  (decoding and verification): XLA FFI kernels on CPUs that stream the weights at memory
-  speed, XLA's own product everywhere else.
+  (decoding and verification): XLA FFI kernels on CPUs with AVX-512 or AVX2 + FMA that
+  stream the weights at memory speed, XLA's own product everywhere else.
 """
 
 from specsample.kernels.small_k import (
   MAX_ROWS,
   MAX_ROWS_TRANSPOSED,
+  instruction_set,
   kernel_available,
   matmul,
   matmul_transposed,
+  row_limit,
+  supported_instruction_sets,
   uses_kernel,
   why_not_available,
 )
@@ -18,9 +21,12 @@ from specsample.kernels.small_k import (
 __all__ = [
   "MAX_ROWS",
   "MAX_ROWS_TRANSPOSED",
+  "instruction_set",
   "kernel_available",
   "matmul",
   "matmul_transposed",
+  "row_limit",
+  "supported_instruction_sets",
   "uses_kernel",
   "why_not_available",
 ]

@@ -10,18 +10,26 @@ kernels of our own (`small_k_matmul.cc`, XLA FFI custom calls built at install t
 setup.py), and everything else, and every other platform, to XLA's product.
 
 A kernel is used when all of these hold: the platform is CPU, x and the weights are
-float32, x has 1..MAX_ROWS rows (all leading axes together; MAX_ROWS_TRANSPOSED for
-`matmul_transposed`), the extension was built and
-the CPU has AVX-512 (`kernel_available()`; `why_not_available()` says what is missing),
-and the environment variable SPECSAMPLE_MATMUL is not "xla". The choice is made when a
-function is traced (jit keeps one trace per function: set the variable before the first
-call). Results match XLA's product to float32 rounding (the sums are taken in another
-order), so greedy outputs can differ where two logits tie to within rounding.
+float32, x has 1..`row_limit()` rows (all leading axes together; `row_limit(transposed=True)`
+for `matmul_transposed`; at most MAX_ROWS and MAX_ROWS_TRANSPOSED), the extension was built
+and the CPU has AVX-512 or AVX2 + FMA (`kernel_available()`; `why_not_available()` says
+what is missing, `instruction_set()` which kernels run), and the environment variable
+SPECSAMPLE_MATMUL is not "xla". The choice
+is made when a function is traced (jit keeps one trace per function: set the variable
+before the first call). Results match XLA's product to float32 rounding (the sums are taken
+in another order), so greedy outputs can differ where two logits tie to within rounding.
+
+The kernels exist for two instruction sets: AVX-512 (16-float vectors, "avx512f") and
+AVX2 + FMA (8-float vectors, "avx2"); the best the CPU has is used. The environment
+variable SPECSAMPLE_SMALL_K_ISA=avx2 makes an AVX-512 CPU use the AVX2 kernels (to test or
+time both on one machine; "avx512f" insists on AVX-512, "auto" or unset picks the best);
+it is read once, when the kernel is first looked for.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import importlib.util
 import math
@@ -30,59 +38,115 @@ import os
 import jax
 import jax.numpy as jnp
 
-# Row limits, from side-by-side timings against XLA's product on this 2-core Zen 4 machine
-# (docs/benchmarks.md, scripts/measure_small_k_kernel.py): the [d, n] kernel is faster up
-# to 64 rows (kMaxRows, the most the C++ code takes); the [n, d] kernel (tied output
-# layers) up to 32 rows, slower beyond (it takes 16-row groups).
-MAX_ROWS = 64
-MAX_ROWS_TRANSPOSED = 32
+# Row limits per instruction set, (matmul, matmul_transposed), from side-by-side timings
+# against XLA's product (scripts/dev/measure_small_k_kernel.py --all-rows). AVX-512, on a
+# 2-core Zen 4 (docs/benchmarks.md): the [d, n] kernel is faster up to 64 rows (kMaxRows,
+# the most the C++ code takes); the [n, d] kernel (tied output layers) up to 32 rows, level
+# or slower beyond (it takes 16-row groups). AVX2, on a 2-core Zen 3 with SmolLM2's [576,
+# 1536], [1536, 576] and [576, 49152]: the [d, n] kernel is 1.2-1.35x faster at 56 rows
+# and 0.7-1.1x at 64; the [n, d] kernel 1.04-1.09x at 32 rows, 0.87-1.07x at 48-56.
+_ROW_LIMITS = {"avx512f": (64, 32), "avx2": (56, 32)}
+MAX_ROWS = 64  # the most rows `matmul` takes the kernel with, on any CPU
+MAX_ROWS_TRANSPOSED = 32  # the same for `matmul_transposed`
 _TARGET = "specsample_small_k_matmul"
 _TARGET_TRANSPOSED = "specsample_small_k_matmul_transposed"
 _EXTENSION = "specsample.kernels._small_k_matmul"
 ENV_VARIABLE = "SPECSAMPLE_MATMUL"  # "xla": never use the kernel
+ISA_VARIABLE = "SPECSAMPLE_SMALL_K_ISA"  # "avx2": the AVX2 kernels even on an AVX-512 CPU
+# The instruction sets, best first, as small_k_matmul.h numbers them (enum class Isa).
+_ISA_CODES = {"avx512f": 2, "avx2": 1}
+CPU_LACKS_ISA = "this CPU lacks AVX-512 and AVX2 + FMA"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Loaded:
+  isa: str | None  # the instruction set the kernels run with; None: not used
+  reason: str | None  # why not, when isa is None
+  cpu_isas: tuple[str, ...] = ()  # what this CPU can run, best first
 
 
 @functools.cache
-def _load() -> str | None:
-  """Registers the FFI target once; None when usable, else why the kernel is not used."""
+def _load() -> _Loaded:
+  """Registers the FFI targets once and picks the instruction set (SPECSAMPLE_SMALL_K_ISA)."""
+  requested = os.environ.get(ISA_VARIABLE) or "auto"
+  if requested != "auto" and requested not in _ISA_CODES:
+    raise ValueError(f"{ISA_VARIABLE}={requested!r}: expected auto, {', '.join(_ISA_CODES)}")
   spec = importlib.util.find_spec(_EXTENSION)
   if spec is None or spec.origin is None:
-    return "the extension was not built (no C++ compiler at install time?)"
+    return _Loaded(None, "the extension was not built (no C++ compiler at install time?)")
   try:
     library = ctypes.CDLL(spec.origin)
   except OSError as error:  # e.g. built for another machine
-    return f"the extension {spec.origin} does not load: {error}"
-  if not library.SpecsampleSmallKMatmulSupported():
-    return "this CPU lacks AVX-512"
+    return _Loaded(None, f"the extension {spec.origin} does not load: {error}")
+  try:
+    cpu_bits = library.SpecsampleSmallKMatmulCpuIsas()
+    use_isa = library.SpecsampleSmallKMatmulUseIsa
+  except AttributeError:  # built from older sources
+    return _Loaded(None, f"the extension {spec.origin} is out of date (pip install -e . again)")
+  cpu_isas = tuple(isa for isa, code in _ISA_CODES.items() if cpu_bits >> code & 1)
+  code = use_isa(_ISA_CODES.get(requested, 0))  # 0: the best this CPU has
+  if code == 0:
+    if not cpu_isas:
+      return _Loaded(None, CPU_LACKS_ISA)
+    return _Loaded(None, f"{ISA_VARIABLE}={requested}, which this CPU lacks", cpu_isas)
   jax.ffi.register_ffi_target(
     _TARGET, jax.ffi.pycapsule(library.SpecsampleSmallKMatmul), platform="cpu"
   )
   jax.ffi.register_ffi_target(
     _TARGET_TRANSPOSED, jax.ffi.pycapsule(library.SpecsampleSmallKMatmulTransposed), platform="cpu"
   )
-  return None
+  isa = next(isa for isa, isa_code in _ISA_CODES.items() if isa_code == code)
+  return _Loaded(isa, None, cpu_isas)
 
 
 def kernel_available() -> bool:
   """Whether the CPU kernel is built and this CPU can run it."""
-  return _load() is None
+  return _load().isa is not None
 
 
 def why_not_available() -> str | None:
   """None when the kernel is available, else the reason."""
-  return _load()
+  return _load().reason
 
 
-def uses_kernel(x_shape: tuple[int, ...], x_dtype, w_dtype, *, max_rows: int = MAX_ROWS) -> bool:
-  """Whether a product of these operands takes a kernel on CPU (decided at trace time);
-  max_rows: MAX_ROWS for `matmul`, MAX_ROWS_TRANSPOSED for `matmul_transposed`."""
+def instruction_set() -> str | None:
+  """The instruction set the kernels run with: "avx512f", "avx2", or None (not available)."""
+  return _load().isa
+
+
+def supported_instruction_sets() -> tuple[str, ...]:
+  """The instruction sets this CPU can run the kernels with, best first (() when the
+  extension is not built), whatever SPECSAMPLE_SMALL_K_ISA asks for."""
+  return _load().cpu_isas
+
+
+def row_limit(*, transposed: bool = False) -> int:
+  """The most rows of x that `matmul` (or, transposed, `matmul_transposed`) takes the kernel
+  with on this CPU; 0 when the kernel is not available."""
+  isa = instruction_set()
+  if isa is None:
+    return 0
+  return _ROW_LIMITS[isa][1 if transposed else 0]
+
+
+def uses_kernel(
+  x_shape: tuple[int, ...],
+  x_dtype,
+  w_dtype,
+  *,
+  transposed: bool = False,
+  max_rows: int | None = None,
+) -> bool:
+  """Whether a product of these operands takes a kernel on CPU (decided at trace time):
+  `matmul`'s, or with transposed=True `matmul_transposed`'s; max_rows (if given) in place
+  of this CPU's `row_limit`."""
   rows = math.prod(x_shape[:-1])
   return (
     os.environ.get(ENV_VARIABLE, "auto") != "xla"
     and jnp.dtype(x_dtype) == jnp.float32
     and jnp.dtype(w_dtype) == jnp.float32
-    and 1 <= rows <= max_rows
     and kernel_available()
+    and 1 <= rows <= (row_limit(transposed=transposed) if max_rows is None else max_rows)
   )
 
 
@@ -150,7 +214,7 @@ def matmul_transposed(x: jax.Array, e: jax.Array) -> jax.Array:
     raise ValueError(
       f"matmul_transposed: expected x [..., d] and e [n, d], got {x.shape} and {e.shape}"
     )
-  if not uses_kernel(x.shape, x.dtype, e.dtype, max_rows=MAX_ROWS_TRANSPOSED):
+  if not uses_kernel(x.shape, x.dtype, e.dtype, transposed=True):
     return _xla_matmul_transposed(x, e)
   rows = x.reshape(-1, x.shape[-1])  # [rows, d]
   return _kernel_matmul_transposed(rows, e).reshape(*x.shape[:-1], e.shape[0])

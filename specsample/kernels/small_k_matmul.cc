@@ -1,8 +1,10 @@
-// XLA FFI handlers for the small-k products of small_k_matmul.h (CPU, AVX-512), called
-// from specsample/kernels/small_k.py as custom calls:
+// XLA FFI handlers for the small-k products of small_k_matmul.h (CPU, AVX-512 or AVX2 + FMA),
+// called from specsample/kernels/small_k.py as custom calls:
 //   "specsample_small_k_matmul":            x f32 [k, d], w f32 [d, n] -> y f32 [k, n]
 //   "specsample_small_k_matmul_transposed": x f32 [k, d], e f32 [n, d] -> y f32 [k, n]
-// with 1 <= k <= kMaxRows, the work split over XLA's intra-op thread pool.
+// with 1 <= k <= kMaxRows, the work split over XLA's intra-op thread pool, and the kernels
+// of one instruction set: the best this CPU has, or the one small_k.py asks for
+// (SpecsampleSmallKMatmulUseIsa, from the environment variable SPECSAMPLE_SMALL_K_ISA).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -79,16 +81,45 @@ void RunParts(ffi::ThreadPool& pool, int64_t parts, Part part) {
   WaitUntilDone(job->done, parts);
 }
 
-// The checks both handlers make: x [k, d] with 1 <= k <= kMaxRows, a CPU with AVX-512.
-std::optional<ffi::Error> CheckRowsAndCpu(const char* name, int64_t k) {
+// The instruction sets this CPU can run the kernels with, as bits 1 << Isa. The AVX-512
+// kernels use AVX2 and FMA instructions too (8-float vectors for up to 8 rows).
+int CpuIsas() {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  return (avx2 ? 1 << static_cast<int>(Isa::kAvx2) : 0) |
+         (avx512 ? 1 << static_cast<int>(Isa::kAvx512) : 0);
+}
+
+Isa BestIsa() {
+  const int isas = CpuIsas();
+  return isas & (1 << static_cast<int>(Isa::kAvx512))  ? Isa::kAvx512
+         : isas & (1 << static_cast<int>(Isa::kAvx2)) ? Isa::kAvx2
+                                                       : Isa::kNone;
+}
+
+// The instruction set the handlers use: the best this CPU has until
+// SpecsampleSmallKMatmulUseIsa says otherwise.
+std::atomic<Isa>& ActiveIsa() {
+  static std::atomic<Isa> isa{BestIsa()};
+  return isa;
+}
+
+// The checks both handlers make: x [k, d] with 1 <= k <= kMaxRows, kernels this CPU can run.
+std::optional<ffi::Error> CheckRowsAndIsa(const char* name, int64_t k, Isa isa) {
   if (k < 1 || k > kMaxRows) {
     return ffi::Error::InvalidArgument(std::string(name) + ": k must be in 1.." +
                                        std::to_string(kMaxRows));
   }
-  if (!__builtin_cpu_supports("avx512f")) {
-    return ffi::Error(ffi::ErrorCode::kUnimplemented, std::string(name) + ": no AVX-512");
+  if (isa == Isa::kNone) {
+    return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                      std::string(name) + ": no AVX-512 or AVX2 + FMA kernels for this CPU");
   }
   return std::nullopt;
+}
+
+Tuning TuningFor(Isa isa, int64_t k, int64_t n) {
+  return isa == Isa::kAvx512 ? avx512::DefaultTuning(k, n) : avx2::DefaultTuning(k, n);
 }
 
 // y [k, n] = x [k, d] @ w [d, n]. Part p sums rows [d * p / parts, d * (p + 1) / parts) of
@@ -101,17 +132,23 @@ ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
     return ffi::Error::InvalidArgument("small_k_matmul: expected x [k, d] and w [d, n]");
   }
   const int64_t k = x_dims[0], d = x_dims[1], n = w_dims[1];
-  if (auto error = CheckRowsAndCpu("small_k_matmul", k)) return *std::move(error);
+  const Isa isa = ActiveIsa().load(std::memory_order_relaxed);
+  if (auto error = CheckRowsAndIsa("small_k_matmul", k, isa)) return *std::move(error);
   const float* xp = x.typed_data();
   const float* wp = w.typed_data();
   float* yp = y->typed_data();
-  const Tuning tuning = DefaultTuning(k);
+  const Tuning tuning = TuningFor(isa, k, n);
   const int64_t parts = PartsFor(pool, d * n, d);
   std::unique_ptr<float[]> partial(parts > 1 ? new float[(parts - 1) * k * n] : nullptr);
   float* partial_p = partial.get();
   RunParts(pool, parts, [=](int64_t p) {
     float* out = p == 0 ? yp : partial_p + (p - 1) * k * n;
-    PartialProduct(xp, k, d, wp, n, out, d * p / parts, d * (p + 1) / parts, tuning);
+    const int64_t i0 = d * p / parts, i1 = d * (p + 1) / parts;
+    if (isa == Isa::kAvx512) {
+      avx512::PartialProduct(xp, k, d, wp, n, out, i0, i1, tuning);
+    } else {
+      avx2::PartialProduct(xp, k, d, wp, n, out, i0, i1, tuning);
+    }
   });
   for (int64_t p = 1; p < parts; ++p) {
     const float* out = partial_p + (p - 1) * k * n;
@@ -130,14 +167,22 @@ ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
     return ffi::Error::InvalidArgument("small_k_matmul_transposed: expected x [k, d], e [n, d]");
   }
   const int64_t k = x_dims[0], d = x_dims[1], n = e_dims[0];
-  if (auto error = CheckRowsAndCpu("small_k_matmul_transposed", k)) return *std::move(error);
+  const Isa isa = ActiveIsa().load(std::memory_order_relaxed);
+  if (auto error = CheckRowsAndIsa("small_k_matmul_transposed", k, isa)) {
+    return *std::move(error);
+  }
   const float* xp = x.typed_data();
   const float* ep = e.typed_data();
   float* yp = y->typed_data();
-  const int64_t prefetch_bytes = DefaultTuning(k).prefetch_bytes;
+  const int64_t prefetch_bytes = TuningFor(isa, k, n).prefetch_bytes;
   const int64_t parts = PartsFor(pool, d * n, n);
   RunParts(pool, parts, [=](int64_t p) {
-    EmbeddingProduct(xp, k, d, ep, n, yp, n * p / parts, n * (p + 1) / parts, prefetch_bytes);
+    const int64_t j0 = n * p / parts, j1 = n * (p + 1) / parts;
+    if (isa == Isa::kAvx512) {
+      avx512::EmbeddingProduct(xp, k, d, ep, n, yp, j0, j1, prefetch_bytes);
+    } else {
+      avx2::EmbeddingProduct(xp, k, d, ep, n, yp, j0, j1, prefetch_bytes);
+    }
   });
   return ffi::Error::Success();
 }
@@ -160,6 +205,22 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmulTransposed,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-extern "C" int SpecsampleSmallKMatmulSupported() {
-  return __builtin_cpu_supports("avx512f") ? 1 : 0;
+// The instruction sets this CPU can run the kernels with, as bits 1 << Isa (Isa::kAvx2 = 1,
+// Isa::kAvx512 = 2).
+extern "C" int SpecsampleSmallKMatmulCpuIsas() { return specsample::CpuIsas(); }
+
+// Makes the handlers use the kernels of `isa` (an Isa; Isa::kNone: the best this CPU has)
+// and returns the instruction set they now use: Isa::kNone when this CPU lacks `isa`, and
+// every call then fails.
+extern "C" int SpecsampleSmallKMatmulUseIsa(int isa) {
+  using specsample::Isa;
+  Isa use = Isa::kNone;
+  if (isa == static_cast<int>(Isa::kNone)) {
+    use = specsample::BestIsa();
+  } else if ((isa == static_cast<int>(Isa::kAvx2) || isa == static_cast<int>(Isa::kAvx512)) &&
+             (specsample::CpuIsas() & (1 << isa))) {
+    use = static_cast<Isa>(isa);
+  }
+  specsample::ActiveIsa().store(use);
+  return static_cast<int>(use);
 }
