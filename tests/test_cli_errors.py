@@ -74,6 +74,18 @@ CASES = [
   (lambda r, t: ["bench", "--out", str(t)], "is a file, not a directory"),
   (lambda r, t: ["bench", "--target", str(r / "target")], "give both --target and --draft"),
   (lambda r, t: ["plan", "--target", "t5-99b"], "neither a preset"),
+  (
+    lambda r, t: ["generate", *pair_args(r), "--draft", "ngram", "--prompt-lookup", "hi"],
+    "--prompt-lookup goes with a draft model",
+  ),  # fmt: skip
+  (
+    lambda r, t: ["bench", "--pair", "ende", "--tasks", "rewrite", "--out", str(r / "b")],
+    "--tasks needs a JSONL input file",
+  ),  # fmt: skip
+  (
+    lambda r, t: ["bench", "--pair", "ende", "--prompt-lookup", "--out", str(r / "b")],
+    "--prompt-lookup is for decoder-only pairs",
+  ),  # fmt: skip
 ]
 
 
@@ -195,7 +207,10 @@ def test_bench_with_a_decoder_only_target_and_the_ngram_draft(tmp_path, capsys):
   save_hf_decoder_only(DecoderOnly.init_random(config, seed=0), tmp_path / "target")
   prompts = tmp_path / "prompts.jsonl"
   prompts.write_text(
-    "\n".join(json.dumps({"task": "chat", "prompt": p}) for p in ("Say hi", "Repeat: a b a b"))
+    "\n".join(
+      json.dumps({"task": t, "prompt": p})
+      for t, p in (("chat", "Say hi"), ("rewrite", "Repeat: a b a b"))
+    )  # fmt: skip
   )
   out = tmp_path / "report"
   argv = [
@@ -212,3 +227,11 @@ def test_bench_with_a_decoder_only_target_and_the_ngram_draft(tmp_path, capsys):
   assert code == 2 and "pass --overwrite" in err[0]
   code, err, _ = run(["bench", "--pair", "ende", "--draft", "ngram"], capsys)
   assert code == 2 and "takes no --target / --draft" in err[0]
+  # A draft model behind prompt lookup, on one task of the JSONL prompts.
+  model = ["--draft", str(tmp_path / "target"), "--prompt-lookup", "--tasks", "rewrite"]
+  code, err, _ = run([*argv[:3], *model, *argv[5:], "--overwrite"], capsys)
+  assert code == 0, err
+  report = json.loads((out / "report.json").read_text())
+  assert report["num_prompts"] == 1 and report["title"].endswith("behind prompt lookup")
+  code, err, _ = run([*argv, "--tasks", "summarize", "--overwrite"], capsys)
+  assert code == 2 and "no inputs of the tasks summarize" in err[0]

@@ -129,8 +129,9 @@ def phase_table(report: PairReport) -> list[str]:
   what the cost model charges (milliseconds)."""
   costs = report.costs
   lines = [
-    "Where the time goes (batch 1, measured best gamma; ms; the cost model's charge in "
-    "brackets; `bench.phases`):",
+    "Where the time goes (batch 1, measured best gamma, on the first "
+    f"{min(report.num_prompts, report.settings.phase_prompts)} prompts; ms; the cost "
+    "model's charge in brackets; `bench.phases`):",
     "",
     "| T | gamma | draft phase / iteration | verify / iteration | bookkeeping / iteration "
     "| plain step / token | plain bookkeeping / token | prefill / prompt "

@@ -19,7 +19,7 @@ import numpy as np
 
 from specsample.bench.costs import clear_step_programs, interleaved_step_seconds
 from specsample.bench.phases import PhaseBreakdown, phase_breakdown
-from specsample.bench.timing import interleaved_medians
+from specsample.bench.timing import time_calls
 from specsample.core import SamplingConfig, best_gamma, theoretical_speedup
 from specsample.core.sampling import logits_to_probs
 from specsample.core.speedup import expected_tokens_per_iteration
@@ -36,6 +36,7 @@ class BenchSettings:
   repeats: int = 3  # timed runs per decode (median)
   cost_repeats: int = 20  # timed runs per single model step (median)
   seed: int = 0
+  phase_prompts: int = 8  # the phase breakdown times its 7 parts on the first few prompts
 
   def __post_init__(self):
     for name in ("gammas", "batch_sizes"):
@@ -46,8 +47,8 @@ class BenchSettings:
       raise ValueError(f"rules must be 'token' and/or 'block', got {self.rules}")
     if not self.temperatures or any(t < 0 for t in self.temperatures):
       raise ValueError(f"temperatures must be >= 0, got {self.temperatures}")
-    if self.max_new_tokens < 1 or self.repeats < 1 or self.cost_repeats < 1:
-      raise ValueError("max_new_tokens, repeats and cost_repeats must be >= 1")
+    if min(self.max_new_tokens, self.repeats, self.cost_repeats, self.phase_prompts) < 1:
+      raise ValueError("max_new_tokens, repeats, cost_repeats and phase_prompts must be >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,14 +232,15 @@ def bench_pair(
     baseline(prompt row) timed in the same interleaved rounds (0.0 without one), so that
     the machine's slow and fast spells fall on both alike."""
     total, outputs, baseline_total = 0.0, [], 0.0
-    for array, length in rows:
+    for index, (array, length) in enumerate(rows):
       calls = [lambda a=array, n=length: decode(a, n)]
       if baseline is not None:
         calls.append(lambda a=array, n=length: baseline(a, n))
-      medians = interleaved_medians(calls, repeats=settings.repeats)
-      total += medians[0]
-      baseline_total += medians[-1] if baseline is not None else 0.0
-      outputs.append(decode(array, length))
+      # Every row has the same shape: only the first compiles (and runs once untimed).
+      timings, results = time_calls(calls, repeats=settings.repeats, warmup=index == 0)
+      total += timings[0].median
+      baseline_total += timings[-1].median if baseline is not None else 0.0
+      outputs.append(results[0])
     return total, outputs, baseline_total
 
   ar_seconds, alphas, sweep = {}, {}, []
@@ -293,7 +295,7 @@ def bench_pair(
       phase_breakdown(
         target,
         draft,
-        rows,
+        rows[: settings.phase_prompts],
         gamma=gamma,
         sampling=SamplingConfig(temperature=temperature),
         max_new_tokens=settings.max_new_tokens,
@@ -368,19 +370,18 @@ def _batch_point(target, draft, prompts, size, gamma, temperature, settings) -> 
     sampling=sampling,
     seed=settings.seed,
   )
-  spec, plain = interleaved_medians(
+  (spec, plain), (out, _) = time_calls(
     [
       lambda: speculative_generate(target, draft, array, gamma=gamma, **common),
       lambda: generate(target, array, **common),
     ],
     repeats=settings.repeats,
   )
-  out = speculative_generate(target, draft, array, gamma=gamma, **common)
   return BatchPoint(
     batch_size=size,
     gamma=gamma,
     temperature=temperature,
-    speculative_seconds=spec,
-    autoregressive_seconds=plain,
+    speculative_seconds=spec.median,
+    autoregressive_seconds=plain.median,
     new_tokens=int(np.sum(out.lengths)),
   )

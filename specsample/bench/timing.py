@@ -33,16 +33,22 @@ class Timing:
 
 
 def time_calls(
-  calls: Sequence[Callable[[], Any]], *, repeats: int
+  calls: Sequence[Callable[[], Any]], *, repeats: int, warmup: bool = True
 ) -> tuple[list[Timing], list[Any]]:
   """Times each call side by side; waits for device results every time.
 
-  Returns one Timing per call (in order) and each call's last result.
+  Returns one Timing per call (in order) and each call's last result. `warmup=False`
+  skips the untimed first call, for calls whose programs are compiled already (their
+  `first_call_seconds` is then nan).
   """
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
   first, results = [], []
   for call in calls:
+    if not warmup:
+      first.append(float("nan"))
+      results.append(None)
+      continue
     start = time.perf_counter()
     results.append(jax.block_until_ready(call()))
     first.append(time.perf_counter() - start)
@@ -64,6 +70,8 @@ def time_call(fn: Callable[[], Any], *, repeats: int = 5) -> tuple[Timing, Any]:
   return timings[0], results[0]
 
 
-def interleaved_medians(calls: Sequence[Callable[[], Any]], *, repeats: int) -> list[float]:
+def interleaved_medians(
+  calls: Sequence[Callable[[], Any]], *, repeats: int, warmup: bool = True
+) -> list[float]:
   """The median seconds of each call, timed side by side (`time_calls`)."""
-  return [timing.median for timing in time_calls(calls, repeats=repeats)[0]]
+  return [timing.median for timing in time_calls(calls, repeats=repeats, warmup=warmup)[0]]

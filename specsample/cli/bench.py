@@ -14,9 +14,10 @@ REPORT_FILES = (
 )  # fmt: skip
 
 
-def bench_inputs(input_file: str, num_prompts: int) -> list[str]:
+def bench_inputs(input_file: str, num_prompts: int, tasks: list[str] | None = None) -> list[str]:
   """The first `num_prompts` inputs: lines of a text/TSV file (first column), or the
-  "prompt" fields of a JSONL file (like specsample/bundled/smollm2/prompts.jsonl)."""
+  "prompt" fields of a JSONL file (like specsample/bundled/smollm2/prompts.jsonl), of the
+  lines whose "task" is in `tasks` if given."""
   import json
 
   path = pathlib.Path(input_file)
@@ -25,14 +26,18 @@ def bench_inputs(input_file: str, num_prompts: int) -> list[str]:
   lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
   if path.suffix == ".jsonl":
     try:
-      texts = [json.loads(line)["prompt"] for line in lines]
-    except (json.JSONDecodeError, KeyError, TypeError) as error:
+      records = [json.loads(line) for line in lines]
+      texts = [r["prompt"] for r in records if not tasks or r.get("task") in tasks]
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
       message = f"{input_file}: every line needs a JSON object with a 'prompt' ({error})"
       raise UsageError(message) from None
+  elif tasks:
+    raise UsageError("--tasks needs a JSONL input file (lines with 'prompt' and 'task')")
   else:
     texts = [line.split("\t")[0] for line in lines]
   if not texts:
-    raise UsageError(f"no inputs in {input_file}")
+    which = f" of the tasks {', '.join(tasks)}" if tasks else ""
+    raise UsageError(f"no inputs{which} in {input_file}")
   return texts[:num_prompts]
 
 
@@ -55,11 +60,14 @@ def run_bench(args) -> int:
     max_new_tokens=args.max_new_tokens,
     repeats=args.repeats,
     seed=args.seed,
+    phase_prompts=args.phase_prompts,
   )
   if args.pair == "ende" and args.target is None:
     from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, load_pair
 
-    texts = bench_inputs(args.input_file or str(BUNDLE_DIR / "test.tsv"), args.num_prompts)
+    texts = bench_inputs(
+      args.input_file or str(BUNDLE_DIR / "test.tsv"), args.num_prompts, args.tasks
+    )
     target, draft, tokenizer = load_pair()
     prefix = TASK_PREFIX if args.prefix is None else args.prefix
     prompts = [tokenizer.encode(prefix + text) for text in texts]
@@ -93,9 +101,19 @@ def run_bench(args) -> int:
       tokenizer = load_tokenizer(args.tokenizer or args.target)
       title = args.title or f"{args.target} + {args.draft}"
     check_tokenizer(tokenizer, target)
-    texts = bench_inputs(args.input_file or default_prompts, args.num_prompts)
+    texts = bench_inputs(args.input_file or default_prompts, args.num_prompts, args.tasks)
     args.prefix = args.prefix or ""
     prompts = encode_prompts(texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly))
+  if args.pair != "ende":
+    from specsample.cli.options import with_prompt_lookup
+    from specsample.models.lookup_draft import LookupThenModel
+
+    bundled_draft = args.target is None and args.draft is None
+    draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=bundled_draft)
+    if isinstance(draft, LookupThenModel) and not args.title:
+      title += " behind prompt lookup"
+  elif args.prompt_lookup:
+    raise UsageError("--prompt-lookup is for decoder-only pairs (--pair smollm2, --target)")
   report, files = bench(target, draft, prompts, settings, args.out, title=title)
   print(pathlib.Path(files["markdown"]).read_text())
   print("written: " + ", ".join(files.values()), file=sys.stderr)

@@ -16,6 +16,7 @@ from specsample.cli.options import (
   load_draft,
   read_inputs,
   resolve_gamma,
+  with_prompt_lookup,
 )
 
 
@@ -140,6 +141,7 @@ def run_generate(args) -> int:
   else:
     target = load_model(target_path, dtype=args.dtype)
     draft = load_draft(draft_path, target, dtype=args.dtype)
+  draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=args.draft is None)
   tokenizer = load_tokenizer(args.tokenizer or target_path)
   if draft.vocab_size != target.vocab_size:
     raise UsageError(
@@ -156,7 +158,12 @@ def run_generate(args) -> int:
   resolve_gamma(target, draft, prompts, args, lengths)
   from specsample import bundled
 
-  default_gamma = bundled.smollm2_recommended_gamma() if args.draft is None else 4
+  default_gamma = 4
+  if args.draft is None:
+    from specsample.models.lookup_draft import LookupThenModel
+
+    lookup = isinstance(draft, LookupThenModel)
+    default_gamma = bundled.smollm2_recommended_gamma(with_lookup=lookup)
   settings = decode_settings(args, default_gamma=default_gamma)
   comparison = compare(
     target, draft, prompts, settings, repeats=args.repeats, baseline=not args.no_baseline,

@@ -38,6 +38,16 @@ def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> No
     dest="tokenizer",
     help="tokenizer (GGUF, tokenizer.json directory, spiece.model; default: the target's)",
   )
+  lookup = parser.add_mutually_exclusive_group()
+  lookup.add_argument(
+    "--prompt-lookup", dest="prompt_lookup", action="store_true", default=None,
+    help="put prompt lookup in front of the draft model: where the last 2-3 tokens occurred "
+    "earlier, propose what followed them (default: on for the bundled SmolLM2 draft)",
+  )  # fmt: skip
+  lookup.add_argument(
+    "--no-prompt-lookup", dest="prompt_lookup", action="store_false",
+    help="the draft model alone",
+  )  # fmt: skip
   parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
 
 
@@ -97,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     "--input-file", help="one input per line, or JSONL with 'prompt' (default: the pair's own)"
   )
   bench.add_argument("--num-prompts", type=positive_int, default=8, help="inputs to use")
+  bench.add_argument(
+    "--tasks", type=lambda text: text.split(","), default=None,
+    help='JSONL inputs: only these tasks, e.g. "summarize,rewrite"',
+  )  # fmt: skip
   bench.add_argument("--gammas", type=int_list, default="1-10", help='e.g. "1-10" or "2,4,8"')
   bench.add_argument("--rules", nargs="+", choices=["token", "block"], default=["token", "block"])
   bench.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
@@ -104,6 +118,10 @@ def _parser() -> argparse.ArgumentParser:
   bench.add_argument("--max-new-tokens", type=positive_int, default=48)
   bench.add_argument("--repeats", type=positive_int, default=3, help="timed runs per decode")
   bench.add_argument("--seed", type=seed_value, default=0)
+  bench.add_argument(
+    "--phase-prompts", type=positive_int, default=8,
+    help="prompts the phase breakdown (where an iteration's time goes) is timed on",
+  )  # fmt: skip
   bench.add_argument("--out", default="bench_out", help="directory for JSON, markdown, plots")
   bench.add_argument("--overwrite", action="store_true", help="replace an existing report")
   bench.add_argument("--title", default=None)

@@ -225,3 +225,18 @@ def load_draft(spec: str, target, *, dtype: str):
   from specsample.checkpoints import load_model
 
   return load_model(spec, dtype=dtype)
+
+
+def with_prompt_lookup(draft, target, choice: bool | None, *, default: bool):
+  """--prompt-lookup / --no-prompt-lookup: the draft model behind n-gram prompt lookup
+  (`LookupThenModel`), or the draft as it is. `choice` None takes `default`."""
+  from specsample.models.lookup_draft import LookupThenModel
+  from specsample.models.ngram import NGramDraft
+
+  if isinstance(draft, NGramDraft):
+    if choice:
+      raise UsageError("--prompt-lookup goes with a draft model; --draft ngram is lookup alone")
+    return draft
+  if not (default if choice is None else choice):
+    return draft
+  return LookupThenModel.for_target(draft, target)

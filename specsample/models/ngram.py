@@ -62,22 +62,31 @@ class NGramDraft:
   ) -> tuple[jax.Array, NGramState]:
     """Writes tokens int32[batch, k] at each row's end; one-hot logits [batch, k, vocab]
     at the proposal after each of them."""
+    proposals, _, new_state = self.lookup(state, tokens, num_valid)  # [batch, k]
+    vocab = jnp.arange(self.vocab_size, dtype=jnp.int32)
+    logits = jnp.where(vocab == proposals[..., None], 0.0, -jnp.inf)  # [batch, k, vocab]
+    return logits.astype(jnp.float32), new_state
+
+  def lookup(
+    self, state: NGramState, tokens: jax.Array, num_valid: jax.Array
+  ) -> tuple[jax.Array, jax.Array, NGramState]:
+    """Like `extend`, but the proposals int32[batch, k] and the length of the n-gram each
+    was found with int32[batch, k] (0: none found, the last token repeated)."""
     k = tokens.shape[1]
     history = jax.vmap(lambda row, new, i: jax.lax.dynamic_update_slice(row, new, (i,)))(
       state.tokens, tokens.astype(jnp.int32), state.end_index
     )  # [batch, capacity]
     positions = state.end_index[:, None] + jnp.arange(k, dtype=jnp.int32)  # [batch, k]
-    proposals = jax.vmap(self._propose)(history, positions)  # [batch, k]
-    vocab = jnp.arange(self.vocab_size, dtype=jnp.int32)
-    logits = jnp.where(vocab == proposals[..., None], 0.0, -jnp.inf)  # [batch, k, vocab]
+    proposals, lengths = jax.vmap(self._propose)(history, positions)  # [batch, k] each
     new_state = NGramState(tokens=history, end_index=state.end_index + num_valid)
-    return logits.astype(jnp.float32), new_state
+    return proposals, lengths, new_state
 
   def rewind(self, state: NGramState, end_index: jax.Array) -> NGramState:
     return state.replace(end_index=end_index.astype(jnp.int32))
 
-  def _propose(self, history: jax.Array, positions: jax.Array) -> jax.Array:
-    """One row: the proposal after each position.  [capacity], int32[k] -> int32[k]."""
+  def _propose(self, history: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One row: the proposal after each position and the n-gram length it was found with.
+    [capacity], int32[k] -> (int32[k], int32[k])."""
     capacity = history.shape[0]
     starts = jnp.arange(capacity, dtype=jnp.int32)  # candidate match ends i
     # matches[n-1][j, i]: the n tokens ending at i equal the n ending at positions[j],
@@ -92,10 +101,12 @@ class NGramDraft:
       matches.append(same)
     proposal = history[positions]  # no occurrence: repeat the last token
     found = jnp.zeros(positions.shape, bool)
+    length = jnp.zeros(positions.shape, jnp.int32)
     for n in range(self.max_ngram, self.min_ngram - 1, -1):  # the longest n-gram wins
       hits = matches[n - 1]  # [k, capacity]
       latest = jnp.max(jnp.where(hits, starts[None, :], -1), axis=1)  # [k]
       use = (latest >= 0) & ~found
       proposal = jnp.where(use, history[jnp.clip(latest + 1, 0, capacity - 1)], proposal)
+      length = jnp.where(use, n, length)
       found |= latest >= 0
-    return proposal
+    return proposal, length

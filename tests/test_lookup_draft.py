@@ -1,0 +1,86 @@
+"""A draft model behind prompt lookup (LookupThenModel): its proposals come from the lookup
+exactly where a long enough n-gram recurs, from the model elsewhere; greedy output stays
+the target's and sampled sequences follow the target's exact distribution."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from distribution_check import fit
+
+from specsample import SamplingConfig, generate, speculative_generate
+from specsample.models import MarkovLM
+from specsample.models.lookup_draft import LookupThenModel
+from specsample.models.ngram import NGramDraft
+
+
+def draft_logits(draft, history: list[int], feed: list[int]) -> np.ndarray:
+  """Logits [len(feed), vocab] after each token of `feed`, `history` consumed first."""
+  prompt = history + [feed[0]]
+  state, pending = draft.init_state(jnp.array([prompt]), jnp.array([len(prompt)]), 16)
+  assert int(pending[0]) == feed[0]
+  logits, state = draft.extend(state, jnp.array([feed]), jnp.array([len(feed)]))
+  assert int(state.end_index[0]) == len(prompt) - 1 + len(feed)
+  return np.asarray(logits[0])
+
+
+def test_lookup_where_a_long_enough_ngram_recurs_the_model_elsewhere():
+  vocab = 12
+  model = MarkovLM.random(3, vocab, scale=2.0)
+  target = MarkovLM.random(4, vocab)
+  draft = LookupThenModel.for_target(model, target, max_ngram=3, trust_ngram=2)
+  history, feed = [4, 5, 6, 1, 3, 4], [5, 9, 3]
+  logits = draft_logits(draft, history, feed)  # [3, vocab]
+  model_logits = draft_logits(model, history, feed)
+  # After "4 5" (a 2-gram seen before, followed by 6): the lookup's one-hot proposal.
+  assert np.argmax(logits[0]) == 6 and np.isinf(logits[0]).sum() == vocab - 1
+  # After "5 9" and "9 3": never seen as 2-grams ("3" alone recurs, but 1 < trust_ngram).
+  np.testing.assert_array_equal(logits[1:], model_logits[1:])
+  # With trust_ngram=1 the lone "3" (followed by 4 before) is trusted too.
+  loose = LookupThenModel.for_target(model, target, max_ngram=3, trust_ngram=1)
+  assert np.argmax(draft_logits(loose, history, feed)[2]) == 4
+
+
+def test_bad_settings_are_refused():
+  model = MarkovLM.random(3, 8)
+  with pytest.raises(ValueError, match="trust_ngram"):
+    LookupThenModel.for_target(model, model, max_ngram=2, trust_ngram=3)
+  with pytest.raises(ValueError, match="vocabulary"):
+    LookupThenModel(model, NGramDraft(vocab_size=9))
+
+
+def test_greedy_output_equals_the_targets():
+  target = MarkovLM.random(0, 8, eos_id=1, scale=3.0)
+  draft = LookupThenModel.for_target(MarkovLM.random(5, 8, scale=3.0), target)
+  prompts = [[2, 3, 4, 2, 3], [5], [6, 7, 6, 7, 6, 7]]
+  greedy = SamplingConfig(temperature=0.0)
+  plain = generate(target, prompts, max_new_tokens=24, sampling=greedy)
+  for gamma in (1, 4, 7):
+    spec = speculative_generate(target, draft, prompts, gamma=gamma, max_new_tokens=24,
+                                sampling=greedy)  # fmt: skip
+    assert spec.sequences() == plain.sequences()
+  assert spec.stats.rejected.sum() > 0  # the model's guesses are not always right
+
+
+PROMPTS = ([2, 3, 2], [0, 3], [4, 1, 3, 4])
+ROWS_PER_PROMPT = 6000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule,gamma", [("token", 3), ("block", 4)])
+def test_sequences_follow_the_exact_target_distribution(rule, gamma):
+  """Lookup where the prefix repeats, a (different) model elsewhere: one p(.|prefix)."""
+  target = MarkovLM.random(7, 5, scale=2.0)
+  draft = LookupThenModel.for_target(MarkovLM.random(8, 5, scale=2.0), target, trust_ngram=2)
+  sampling = SamplingConfig(temperature=1.0)
+  prompts = [list(PROMPTS[i % 3]) for i in range(3 * ROWS_PER_PROMPT)]
+  out = speculative_generate(
+    target, draft, prompts, gamma=gamma, max_new_tokens=4, sampling=sampling,
+    verification=rule, seed=17,
+  )  # fmt: skip
+  tokens = np.asarray(out.tokens)
+  for group, prompt in enumerate(PROMPTS):
+    result = fit(tokens[group::3], target.exact_distribution(prompt, 4, sampling))
+    assert result.ok, f"prompt {prompt}: {result}"
+  assert 0.1 < out.stats.alpha < 0.95
