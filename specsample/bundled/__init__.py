@@ -74,12 +74,14 @@ def smollm2_draft_available() -> bool:
   return (smollm2_draft_dir() / "config.json").exists()
 
 
-def smollm2_recommended_gamma(default: int = 4) -> int:
-  """The gamma the SmolLM2 draft's evaluation found best, or `default`."""
+def smollm2_recommended_gamma(default: int = 4, *, with_lookup: bool = False) -> int:
+  """The gamma the SmolLM2 draft's evaluation found best (alone, or behind prompt lookup
+  as `specsample generate` uses it by default), or `default`."""
   path = SMOLLM2_DIR / "metrics.json"
   if not path.exists():
     return default
-  return int(json.loads(path.read_text()).get("recommended_gamma", default))
+  key = "recommended_gamma_with_lookup" if with_lookup else "recommended_gamma"
+  return int(json.loads(path.read_text()).get(key, default))
 
 
 def load_smollm2_pair(dtype: str = "float32"):

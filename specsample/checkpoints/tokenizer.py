@@ -337,16 +337,10 @@ class Tokenizer:
 
 
 def _read_json(path: str) -> dict:
-  if not os.path.isfile(path):
-    return {}
-  try:
-    with open(path, encoding="utf-8") as f:
-      value = json.load(f)
-  except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
-    raise CheckpointError(f"{path}: not readable JSON ({error})") from error
-  if not isinstance(value, dict):
-    raise CheckpointError(f"{path}: expected a JSON object, got {type(value).__name__}")
-  return value
+  """A JSON object file, or {} when there is none."""
+  from specsample.checkpoints.huggingface import read_hf_json
+
+  return read_hf_json(path) if os.path.isfile(path) else {}
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:

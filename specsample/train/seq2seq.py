@@ -76,12 +76,15 @@ class TrainSettings:
   seed: int = 0
 
 
-def make_optimizer(settings: TrainSettings) -> optax.GradientTransformation:
+def make_optimizer(settings, final_fraction: float = 0.0) -> optax.GradientTransformation:
+  """AdamW with global-norm clipping, linear warmup and cosine decay to `final_fraction` of
+  the learning rate; `settings` has steps, learning_rate, warmup_steps, weight_decay."""
   schedule = optax.warmup_cosine_decay_schedule(
     0.0,
     settings.learning_rate,
     settings.warmup_steps,
     max(settings.steps, settings.warmup_steps + 1),
+    end_value=final_fraction * settings.learning_rate,
   )
   return optax.chain(
     optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=settings.weight_decay)

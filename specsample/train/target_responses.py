@@ -1,0 +1,135 @@
+"""The target's own responses to prompts, for distilling a draft from it (DistillSpec).
+
+`generate_responses` decodes a batch of prompts with the target (greedy or sampled) and
+keeps, at every position, the target's top-k log-probabilities: at the response positions
+from each decoding step, and at the prompt positions from the prefill (which computes them
+anyway). Those are the draft's soft labels (specsample.train.distill_decoder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specsample.models.decoder_only import DecoderOnly, DecoderOnlyState
+from specsample.models.decoder_only.network import empty_caches
+
+
+@dataclasses.dataclass(frozen=True)
+class Response:
+  prompt: list[int]  # the prompt's token ids (chat template applied)
+  tokens: list[int]  # the target's response, EOS included when it ended
+  top_ids: np.ndarray  # int32[len(tokens), k]: the target's k likeliest tokens per position
+  top_logprobs: np.ndarray  # float32[len(tokens), k]: their log-probabilities (temperature 1)
+  # The same at the prompt positions 0 .. len(prompt) - 2 (the target's prediction of each
+  # next prompt token, from the prefill); None when not recorded.
+  prompt_top_ids: np.ndarray | None = None  # int32[len(prompt) - 1, k]
+  prompt_top_logprobs: np.ndarray | None = None  # float32[len(prompt) - 1, k]
+
+
+@functools.partial(jax.jit, static_argnames=("capacity", "k"))
+def _prefill(model, prompts, lengths, capacity, k):
+  """`model.init_state`'s prefill (every prompt token written, the last one pending), keeping
+  the top-k log-probabilities of the next token at every prompt position [batch, width, k]."""
+  batch, width = prompts.shape
+  caches = empty_caches(model.config, batch, width + capacity)
+  state = DecoderOnlyState(caches=caches, end_index=jnp.zeros((batch,), jnp.int32))
+  logits, state = model.extend(state, prompts, (lengths - 1).astype(jnp.int32))
+  top_logits, top_ids = jax.lax.top_k(logits, k)
+  top_logprobs = top_logits - jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+  pending = jnp.take_along_axis(prompts, (lengths - 1)[:, None], axis=1)[:, 0]
+  return state, pending.astype(jnp.int32), top_ids.astype(jnp.int32), top_logprobs
+
+
+@functools.partial(jax.jit, static_argnames=("temperature", "k", "steps"))
+def _decode_steps(model, state, pending, done, key, *, temperature, k, steps):
+  """`steps` decoding steps: (state, pending, done, tokens [batch, steps], top ids and
+  log-probabilities [batch, steps, k])."""
+  batch = pending.shape[0]
+  ones = jnp.ones((batch,), jnp.int32)
+  eos = jnp.asarray(model.config.eos_ids or (-1,), jnp.int32)
+
+  def body(carry, step_key):
+    state, pending, done = carry
+    logits, state = model.extend(state, pending[:, None], ones)
+    logits = logits[:, 0]  # [batch, vocab]
+    log_probs = jax.nn.log_softmax(logits)
+    if temperature == 0.0:
+      token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    else:
+      token = jax.random.categorical(step_key, logits / temperature).astype(jnp.int32)
+    top_logprobs, top_ids = jax.lax.top_k(log_probs, k)
+    token = jnp.where(done, model.config.pad_id, token)
+    done = done | jnp.isin(token, eos)
+    return (state, token, done), (token, top_ids.astype(jnp.int32), top_logprobs)
+
+  keys = jax.random.split(key, steps)
+  (state, pending, done), (tokens, top_ids, top_logprobs) = jax.lax.scan(
+    body, (state, pending, done), keys
+  )
+  swap = lambda x: jnp.swapaxes(x, 0, 1)  # [steps, batch, ...] -> [batch, steps, ...]
+  return state, pending, done, swap(tokens), swap(top_ids), swap(top_logprobs)
+
+
+def generate_responses(
+  target: DecoderOnly,
+  prompts: Sequence[Sequence[int]],
+  *,
+  max_new_tokens: int,
+  temperature: float = 0.0,
+  seed: int = 0,
+  k: int = 8,
+  chunk: int = 16,
+  width_multiple: int = 32,
+) -> list[Response]:
+  """The target's responses to `prompts` (one batch), decoded `chunk` steps per call until
+  every row has ended or `max_new_tokens` is reached. Prompts are right-padded to a
+  multiple of `width_multiple` (few compilations); max_new_tokens is rounded up to a
+  multiple of `chunk` for the cache and cut back afterwards."""
+  lengths = np.array([len(p) for p in prompts], np.int32)
+  width = -(-int(lengths.max()) // width_multiple) * width_multiple
+  array = np.full((len(prompts), width), target.config.pad_id, np.int32)
+  for i, prompt in enumerate(prompts):
+    array[i, : len(prompt)] = prompt
+  steps_total = -(-max_new_tokens // chunk) * chunk
+  state, pending, prompt_ids, prompt_logprobs = _prefill(
+    target, jnp.asarray(array), jnp.asarray(lengths), steps_total, k
+  )
+  prompt_ids, prompt_logprobs = np.asarray(prompt_ids), np.asarray(prompt_logprobs)
+  done = jnp.zeros((len(prompts),), bool)
+  key = jax.random.key(seed)
+  pieces = []
+  for number in range(steps_total // chunk):
+    key, step_key = jax.random.split(key)
+    state, pending, done, *outputs = _decode_steps(
+      target, state, pending, done, step_key, temperature=float(temperature), k=k, steps=chunk
+    )
+    pieces.append(outputs)
+    if bool(jnp.all(done)) or (number + 1) * chunk >= max_new_tokens:
+      break
+  tokens, top_ids, top_logprobs = (np.concatenate([np.asarray(p[i]) for p in pieces], axis=1)
+                                   for i in range(3))  # fmt: skip
+  eos = set(target.config.eos_ids)
+  responses = []
+  for row, prompt in enumerate(prompts):
+    count = min(max_new_tokens, tokens.shape[1])
+    for position in range(count):
+      if int(tokens[row, position]) in eos:
+        count = position + 1
+        break
+    responses.append(
+      Response(
+        prompt=list(map(int, prompt)),
+        tokens=tokens[row, :count].astype(int).tolist(),
+        top_ids=top_ids[row, :count],
+        top_logprobs=top_logprobs[row, :count].astype(np.float32),
+        prompt_top_ids=prompt_ids[row, : len(prompt) - 1],
+        prompt_top_logprobs=prompt_logprobs[row, : len(prompt) - 1].astype(np.float32),
+      )
+    )
+  return responses
