@@ -84,3 +84,15 @@ def test_sequences_follow_the_exact_target_distribution(rule, gamma):
     result = fit(tokens[group::3], target.exact_distribution(prompt, 4, sampling))
     assert result.ok, f"prompt {prompt}: {result}"
   assert 0.1 < out.stats.alpha < 0.95
+
+
+def test_rewind_moves_both_parts_by_the_same_number_of_positions():
+  model = MarkovLM.random(3, 8)
+  draft = LookupThenModel.for_target(model, model)
+  state, _ = draft.init_state(jnp.array([[2, 3, 4, 5]]), jnp.array([4]), 8)
+  _, state = draft.extend(state, jnp.array([[5, 6, 7]]), jnp.array([3]))
+  assert int(state.end_index[0]) == 6
+  # A model counting its positions from elsewhere (a T5 decoder starts at 0).
+  state = state.replace(model=state.model.replace(end_index=state.model.end_index - 3))
+  back = draft.rewind(state, state.end_index - 2)
+  assert int(back.lookup.end_index[0]) == 4 and int(back.model.end_index[0]) == 1

@@ -201,7 +201,12 @@ def shard(target, draft, prompts, args):
     )
   mesh = make_mesh(mesh_shape)
   target = shard_model(target, mesh)
-  if hasattr(draft, "params"):  # an n-gram draft has no parameters to place
+  from specsample.models.lookup_draft import LookupThenModel
+
+  if isinstance(draft, LookupThenModel):  # place the draft model behind the lookup
+    model = shard_model(draft.model, mesh, model_parallel=args.shard_draft)
+    draft = draft.replace(model=model)
+  elif hasattr(draft, "params"):  # an n-gram draft has no parameters to place
     draft = shard_model(draft, mesh, model_parallel=args.shard_draft)
   padded, lengths, real = global_prompts(prompts, mesh, pad_id=target.pad_id)
   if real != padded.shape[0]:

@@ -90,7 +90,10 @@ class LookupThenModel:
     return logits, LookupThenModelState(model=model_state, lookup=lookup_state)
 
   def rewind(self, state: LookupThenModelState, end_index: jax.Array) -> LookupThenModelState:
+    """Moves both parts by the same number of positions (the model may count its positions
+    from elsewhere, as a T5 decoder does)."""
+    shift = end_index.astype(jnp.int32) - state.lookup.end_index  # [batch]
     return LookupThenModelState(
-      model=self.model.rewind(state.model, end_index),
+      model=self.model.rewind(state.model, state.model.end_index + shift),
       lookup=self.lookup.rewind(state.lookup, end_index),
     )
