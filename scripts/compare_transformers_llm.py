@@ -9,6 +9,7 @@ greedy, the same chat prompts (token ids passed to both, so tokenization plays n
   hf_lookup       target.generate(..., prompt_lookup_num_tokens=gamma)
   ours_plain      specsample.generate
   ours_spec       specsample.speculative_generate with the draft
+  ours_lookup     ... with the draft behind prompt lookup (`specsample generate`'s default)
   ours_ngram      specsample.speculative_generate with the n-gram (prompt lookup) draft
 Every decoder of a prompt is timed in the same rounds (bench.timing.time_calls: one untimed
 warm-up/compiling call each, then `--repeats` rounds); medians are summed over prompts.
@@ -70,6 +71,7 @@ def main() -> int:
   from specsample.bundled import load_smollm2_pair, smollm2_target_path
   from specsample.checkpoints import load_model, load_tokenizer, save_hf_decoder_only
   from specsample.checkpoints.decoder_only import expand_output_layer
+  from specsample.models.lookup_draft import LookupThenModel
   from specsample.models.ngram import NGramDraft
 
   path = smollm2_target_path()
@@ -104,6 +106,9 @@ def main() -> int:
     if draft is not None:
       calls["ours_spec"] = lambda p=prompt: speculative_generate(
         target, draft, [p], gamma=args.gamma, **common
+      ).sequences()[0]
+      calls["ours_lookup"] = lambda p=prompt: speculative_generate(
+        target, LookupThenModel.for_target(draft, target), [p], gamma=args.gamma, **common
       ).sequences()[0]
     calls["ours_ngram"] = lambda p=prompt: speculative_generate(
       target, ngram, [p], gamma=args.ngram_gamma, **common
