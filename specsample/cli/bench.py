@@ -51,6 +51,8 @@ def run_bench(args) -> int:
     args.pair = "smollm2" if args.draft is not None or args.target is not None else "ende"
   if args.pair == "ende" and (args.target or args.draft):
     raise UsageError("--pair ende is the bundled T5 pair: it takes no --target / --draft")
+  if args.pair == "ende" and args.prompt_lookup:
+    raise UsageError("--prompt-lookup is for decoder-only pairs (--pair smollm2, --target)")
   check_output_directory(args.out, REPORT_FILES, overwrite=args.overwrite)
   settings = BenchSettings(
     gammas=args.gammas,
@@ -112,8 +114,6 @@ def run_bench(args) -> int:
     draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=bundled_draft)
     if isinstance(draft, LookupThenModel) and not args.title:
       title += " behind prompt lookup"
-  elif args.prompt_lookup:
-    raise UsageError("--prompt-lookup is for decoder-only pairs (--pair smollm2, --target)")
   report, files = bench(target, draft, prompts, settings, args.out, title=title)
   print(pathlib.Path(files["markdown"]).read_text())
   print("written: " + ", ".join(files.values()), file=sys.stderr)

@@ -141,13 +141,13 @@ def run_generate(args) -> int:
   else:
     target = load_model(target_path, dtype=args.dtype)
     draft = load_draft(draft_path, target, dtype=args.dtype)
-  draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=args.draft is None)
   tokenizer = load_tokenizer(args.tokenizer or target_path)
   if draft.vocab_size != target.vocab_size:
     raise UsageError(
       f"the draft ({draft_path}) has a vocabulary of {draft.vocab_size} tokens and the target "
       f"({target_path}) {target.vocab_size}: speculative decoding needs the same vocabulary"
     )
+  draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=args.draft is None)
   check_tokenizer(tokenizer, target)
   prompts = host_prompts = encode_prompts(
     texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly)

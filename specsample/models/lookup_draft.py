@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.models.ngram import NGramDraft, NGramState
+from specsample.models.ngram import NGramDraft, NGramState, one_hot_logits
 
 
 @struct.dataclass
@@ -83,8 +83,7 @@ class LookupThenModel:
     """tokens int32[batch, k] -> logits float32[batch, k, vocab] and the new state."""
     logits, model_state = self.model.extend(state.model, tokens, num_valid)
     proposals, lengths, lookup_state = self.lookup.lookup(state.lookup, tokens, num_valid)
-    vocab = jnp.arange(self.vocab_size, dtype=jnp.int32)
-    one_hot = jnp.where(vocab == proposals[..., None], 0.0, -jnp.inf)  # [batch, k, vocab]
+    one_hot = one_hot_logits(proposals, self.vocab_size)  # [batch, k, vocab]
     trusted = (lengths >= self.trust_ngram)[..., None]  # [batch, k, 1]
     logits = jnp.where(trusted, one_hot, logits.astype(jnp.float32))
     return logits, LookupThenModelState(model=model_state, lookup=lookup_state)

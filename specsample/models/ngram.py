@@ -20,6 +20,13 @@ import jax.numpy as jnp
 from flax import struct
 
 
+def one_hot_logits(proposals: jax.Array, vocab_size: int) -> jax.Array:
+  """Logits float32[..., vocab] of a deterministic proposal int32[...]: 0 there, -inf
+  elsewhere (probability 1 on the proposal after any temperature or top-k/top-p)."""
+  vocab = jnp.arange(vocab_size, dtype=jnp.int32)
+  return jnp.where(vocab == proposals[..., None], 0.0, -jnp.inf).astype(jnp.float32)
+
+
 @struct.dataclass
 class NGramState:
   tokens: jax.Array  # int32[batch, capacity]: every token fed so far, per row
@@ -63,9 +70,7 @@ class NGramDraft:
     """Writes tokens int32[batch, k] at each row's end; one-hot logits [batch, k, vocab]
     at the proposal after each of them."""
     proposals, _, new_state = self.lookup(state, tokens, num_valid)  # [batch, k]
-    vocab = jnp.arange(self.vocab_size, dtype=jnp.int32)
-    logits = jnp.where(vocab == proposals[..., None], 0.0, -jnp.inf)  # [batch, k, vocab]
-    return logits.astype(jnp.float32), new_state
+    return one_hot_logits(proposals, self.vocab_size), new_state
 
   def lookup(
     self, state: NGramState, tokens: jax.Array, num_valid: jax.Array
