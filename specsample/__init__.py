@@ -6,12 +6,21 @@ from specsample import SamplingConfig, generate, load_model, load_tokenizer, spe
 from specsample.api import speculative_generate
 from specsample.checkpoints import load_model, load_t5, load_tokenizer
 from specsample.core.sampling import SamplingConfig
-from specsample.decoding import DecodingStats, GenerationOutput, NonFiniteLogitsError, generate
+from specsample.decoding import (
+  AdaptiveDraft,
+  DecodingStats,
+  DraftTree,
+  GenerationOutput,
+  NonFiniteLogitsError,
+  generate,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+  "AdaptiveDraft",
   "DecodingStats",
+  "DraftTree",
   "GenerationOutput",
   "NonFiniteLogitsError",
   "SamplingConfig",

@@ -13,7 +13,7 @@ import jax
 from specsample.bench.tuning import tune_gamma
 from specsample.core.sampling import SamplingConfig
 from specsample.core.verification import VerificationRule
-from specsample.decoding import GenerationOutput
+from specsample.decoding import AdaptiveDraft, DraftTree, GenerationOutput
 from specsample.decoding import speculative_generate as _speculative_generate
 from specsample.decoding.inputs import check_sampling
 
@@ -30,6 +30,8 @@ def speculative_generate(
   seed: int | jax.Array = 0,
   prompt_lengths=None,
   trace: bool = False,
+  adaptive: AdaptiveDraft | bool | None = None,
+  tree: DraftTree | int | None = None,
 ) -> GenerationOutput:
   """Speculative sampling: the output is distributed exactly as `generate(target, ...)`.
 
@@ -62,4 +64,6 @@ def speculative_generate(
     seed=seed,
     prompt_lengths=prompt_lengths,
     trace=trace,
+    adaptive=adaptive,
+    tree=tree,
   )

@@ -104,7 +104,7 @@ def test_one_token_catch_up_equals_the_two_token_call_when_no_row_owes_two():
   """The loop's lax.cond picks a 1-token catch-up when no row owes 2 tokens: it must give
   the same logits and state as the 2-token call it replaces (a T5 model, whose logits
   depend on the whole cache, at rows with different ends)."""
-  from specsample.decoding import speculative as spec
+  from specsample.decoding import drafting as spec
   from specsample.models.t5 import T5
   from specsample.models.t5.config import T5Config
 

@@ -23,7 +23,29 @@ from specsample.bench.timing import time_calls
 from specsample.core import SamplingConfig, best_gamma, theoretical_speedup
 from specsample.core.sampling import logits_to_probs
 from specsample.core.speedup import expected_tokens_per_iteration
-from specsample.decoding import clear_compiled_programs, generate, speculative_generate
+from specsample.decoding import (
+  AdaptiveDraft,
+  clear_compiled_programs,
+  generate,
+  speculative_generate,
+)
+
+# Sweep rules: the paper's chain with either verification, and the draft shapes beyond it
+# (token-wise verification of an adaptive-length chain; K-chain trees, "tree2".."tree4").
+CHAIN_RULES = ("token", "block")
+SHAPE_RULES = ("adaptive", "tree2", "tree3", "tree4")
+BENCH_RULES = CHAIN_RULES + SHAPE_RULES
+
+
+def rule_options(rule: str) -> dict:
+  """speculative_generate keywords of a sweep rule."""
+  if rule in CHAIN_RULES:
+    return {"verification": rule}
+  if rule == "adaptive":
+    return {"verification": "token", "adaptive": AdaptiveDraft()}
+  if rule.startswith("tree") and rule in SHAPE_RULES:
+    return {"verification": "token", "tree": int(rule[4:])}
+  raise ValueError(f"unknown bench rule {rule!r}; expected one of {BENCH_RULES}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +65,8 @@ class BenchSettings:
       values = getattr(self, name)
       if not values or any(int(v) != v or v < 1 for v in values):
         raise ValueError(f"{name} must be positive integers, got {values}")
-    if any(rule not in ("token", "block") for rule in self.rules) or not self.rules:
-      raise ValueError(f"rules must be 'token' and/or 'block', got {self.rules}")
+    if any(rule not in BENCH_RULES for rule in self.rules) or not self.rules:
+      raise ValueError(f"rules must be among {BENCH_RULES}, got {self.rules}")
     if not self.temperatures or any(t < 0 for t in self.temperatures):
       raise ValueError(f"temperatures must be >= 0, got {self.temperatures}")
     if min(self.max_new_tokens, self.repeats, self.cost_repeats, self.phase_prompts) < 1:
@@ -80,6 +102,8 @@ class SweepPoint:
   speculative_seconds: float  # summed over prompts (medians)
   autoregressive_seconds: float
   target_calls: int
+  # The cost model's numbers hold for the paper's fixed chain ("token", "block"); NaN for
+  # adaptive lengths and trees, whose calls it does not describe.
   predicted_paper: float  # E[n + 1] / (gamma c + 1)
   predicted_with_r: float  # E[n + 1] / (gamma c + r(gamma + 1))
   model_seconds_per_iteration: float  # gamma t_draft(1) + t_target(gamma + 1)
@@ -330,8 +354,8 @@ def _sweep_point(
       gamma=gamma,
       max_new_tokens=settings.max_new_tokens,
       sampling=sampling,
-      verification=rule,
       seed=settings.seed,
+      **rule_options(rule),
     )
 
   seconds, outputs, ar_seconds = timed_total(speculative, baseline=plain)
@@ -339,7 +363,6 @@ def _sweep_point(
   rejected = sum(int(np.sum(o.stats.rejected)) for o in outputs)
   iterations = sum(int(np.sum(o.stats.iterations)) for o in outputs)
   alpha = accepted / (accepted + rejected) if accepted + rejected else 1.0
-  expected = expected_tokens_per_iteration(alpha, gamma)
   return SweepPoint(
     gamma=gamma,
     rule=rule,
@@ -352,10 +375,22 @@ def _sweep_point(
     speculative_seconds=seconds,
     autoregressive_seconds=ar_seconds,
     target_calls=sum(int(o.stats.target_calls) for o in outputs),
+    **(_chain_predictions(alpha, gamma, costs) if rule in CHAIN_RULES else _no_predictions()),
+  )
+
+
+def _chain_predictions(alpha: float, gamma: int, costs: StepCosts) -> dict[str, float]:
+  expected = expected_tokens_per_iteration(alpha, gamma)
+  return dict(
     predicted_paper=expected / (gamma * costs.c + 1.0),
     predicted_with_r=theoretical_speedup(alpha, gamma, costs.c, costs.r(gamma)),
     model_seconds_per_iteration=gamma * costs.draft_seconds + costs.target_seconds[gamma + 1],
   )
+
+
+def _no_predictions() -> dict[str, float]:
+  nan = float("nan")
+  return dict(predicted_paper=nan, predicted_with_r=nan, model_seconds_per_iteration=nan)
 
 
 def _batch_point(target, draft, prompts, size, gamma, temperature, settings) -> BatchPoint:

@@ -110,10 +110,21 @@ def run_bench(args) -> int:
     from specsample.cli.options import with_prompt_lookup
     from specsample.models.lookup_draft import LookupThenModel
 
-    bundled_draft = args.target is None and args.draft is None
+    trees = any(rule.startswith("tree") for rule in settings.rules)
+    if trees and args.prompt_lookup:
+      raise UsageError("tree rules need a draft model of its own: drop --prompt-lookup")
+    bundled_draft = args.target is None and args.draft is None and not trees
     draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=bundled_draft)
     if isinstance(draft, LookupThenModel) and not args.title:
       title += " behind prompt lookup"
+  if any(rule.startswith("tree") for rule in settings.rules):
+    from specsample.decoding.tree_loop import supports_trees
+
+    for role, model in (("target", target), ("draft", draft)):
+      if not supports_trees(model):
+        raise UsageError(
+          f"tree rules need tree calls, which the {role} ({type(model).__name__}) lacks"
+        )
   report, files = bench(target, draft, prompts, settings, args.out, title=title)
   print(pathlib.Path(files["markdown"]).read_text())
   print("written: " + ", ".join(files.values()), file=sys.stderr)

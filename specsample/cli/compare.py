@@ -12,7 +12,7 @@ import dataclasses
 
 from specsample.bench import time_calls
 from specsample.core import SamplingConfig
-from specsample.decoding import GenerationOutput, generate, speculative_generate
+from specsample.decoding import AdaptiveDraft, GenerationOutput, generate, speculative_generate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +22,13 @@ class DecodeSettings:
   sampling: SamplingConfig = SamplingConfig(temperature=0.0)
   verification: str = "token"
   seed: int = 0
+  adaptive: AdaptiveDraft | None = None  # per-row draft length up to gamma
+  tree: int | None = None  # draft chains verified as a tree (None: one chain)
+
+  @property
+  def shape_options(self) -> dict:
+    """The draft-shape keywords of speculative_generate."""
+    return {"adaptive": self.adaptive, "tree": self.tree}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +82,7 @@ def compare(
       sampling=settings.sampling,
       verification=settings.verification,
       seed=settings.seed,
+      **settings.shape_options,
     )
 
   def autoregressive():

@@ -50,6 +50,7 @@ def write_trace(target, draft, prompts, settings: DecodeSettings, tokenizer, pat
     verification=settings.verification,
     seed=settings.seed,
     trace=True,
+    **settings.shape_options,
   )
   lines = trace_lines(out.trace.row(0), tokenizer.token_text, length=int(out.lengths[0]))
   render_rich(lines, Console(stderr=True))  # stdout holds only the outputs
@@ -147,7 +148,10 @@ def run_generate(args) -> int:
       f"the draft ({draft_path}) has a vocabulary of {draft.vocab_size} tokens and the target "
       f"({target_path}) {target.vocab_size}: speculative decoding needs the same vocabulary"
     )
-  draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=args.draft is None)
+  if args.tree is not None and args.prompt_lookup:
+    raise UsageError("--tree needs a draft model of its own: drop --prompt-lookup")
+  lookup_default = args.draft is None and args.tree is None  # lookup has no tree calls
+  draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=lookup_default)
   check_tokenizer(tokenizer, target)
   prompts = host_prompts = encode_prompts(
     texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly)

@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import sys
 
+from specsample.bench.pair import BENCH_RULES
 from specsample.cli.options import add_decoding_options, int_list, positive_int, seed_value
 
 
@@ -112,7 +113,14 @@ def _parser() -> argparse.ArgumentParser:
     help='JSONL inputs: only these tasks, e.g. "summarize,rewrite"',
   )  # fmt: skip
   bench.add_argument("--gammas", type=int_list, default="1-10", help='e.g. "1-10" or "2,4,8"')
-  bench.add_argument("--rules", nargs="+", choices=["token", "block"], default=["token", "block"])
+  bench.add_argument(
+    "--rules",
+    nargs="+",
+    choices=list(BENCH_RULES),
+    default=["token", "block"],
+    help="chain verification rules, and draft shapes beyond the chain: 'adaptive' "
+    "(token-wise, per-row draft length up to gamma), 'tree2'..'tree4' (K chains of gamma)",
+  )
   bench.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
   bench.add_argument("--batch-sizes", type=int_list, default="1,4,8,16")
   bench.add_argument("--max-new-tokens", type=positive_int, default=48)

@@ -11,8 +11,10 @@ import sys
 
 from specsample.cli.compare import DecodeSettings
 from specsample.core import SamplingConfig
+from specsample.decoding.adaptive import AdaptiveDraft
 from specsample.decoding.inputs import SEED_RANGE
 from specsample.decoding.speculative import MAX_GAMMA
+from specsample.decoding.tree_loop import MAX_CHAINS
 
 
 class UsageError(ValueError):
@@ -30,6 +32,23 @@ def gamma_value(text: str) -> int | str:
     ) from None
   if not 1 <= value <= MAX_GAMMA:
     raise argparse.ArgumentTypeError(f"gamma must be in 1..{MAX_GAMMA}, got {value}")
+  return value
+
+
+def unit_interval(text: str) -> float:
+  try:
+    value = float(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+  if not 0.0 <= value <= 1.0:
+    raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+  return value
+
+
+def chain_count(text: str) -> int:
+  value = positive_int(text)
+  if not 2 <= value <= MAX_CHAINS:
+    raise argparse.ArgumentTypeError(f"--tree takes 2..{MAX_CHAINS} chains, got {value}")
   return value
 
 
@@ -83,6 +102,24 @@ def add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -
   group.add_argument("--top-k", type=int, default=0, help="0 = off")
   group.add_argument("--top-p", type=float, default=1.0, help="1 = off")
   group.add_argument("--verification", choices=["token", "block"], default="token")
+  group.add_argument(
+    "--adaptive",
+    nargs="?",
+    type=unit_interval,
+    const=AdaptiveDraft.threshold,
+    metavar="THRESHOLD",
+    help="adaptive draft length: each row drafts up to gamma tokens and stops after one "
+    "the draft is less sure of than its threshold, which its acceptance steers "
+    f"(starting threshold, default {AdaptiveDraft.threshold})",
+  )
+  group.add_argument(
+    "--tree",
+    type=chain_count,
+    default=None,
+    metavar="K",
+    help=f"draft K chains of gamma tokens (2..{MAX_CHAINS}) and verify them in one "
+    "tree-shaped target call (token verification; models with tree calls: T5, decoder-only)",
+  )
   group.add_argument("--max-new-tokens", type=positive_int, default=max_new_tokens)
   group.add_argument("--seed", type=seed_value, default=0)
   group.add_argument("--repeats", type=positive_int, default=3, help="timed runs (median)")
@@ -105,12 +142,20 @@ def sampling_of(args) -> SamplingConfig:
 
 
 def decode_settings(args, default_gamma: int = 4) -> DecodeSettings:
+  adaptive = getattr(args, "adaptive", None)
+  tree = getattr(args, "tree", None)
+  if adaptive is not None and tree is not None:
+    raise UsageError("--adaptive and --tree cannot be combined (yet)")
+  if tree is not None and args.verification == "block":
+    raise UsageError("--tree is verified by recursive rejection sampling: drop --verification")
   return DecodeSettings(
     gamma=default_gamma if args.gamma is None else args.gamma,
     max_new_tokens=args.max_new_tokens,
     sampling=sampling_of(args),
     verification=args.verification,
     seed=args.seed,
+    adaptive=None if adaptive is None else AdaptiveDraft(threshold=adaptive),
+    tree=tree,
   )
 
 

@@ -1,5 +1,6 @@
 """The compiled decoding loops. They know models only through the model contract."""
 
+from specsample.decoding.adaptive import AdaptiveDraft
 from specsample.decoding.autoregressive import generate
 from specsample.decoding.outputs import (
   DecodingStats,
@@ -9,9 +10,12 @@ from specsample.decoding.outputs import (
 )
 from specsample.decoding.programs import clear_compiled_programs
 from specsample.decoding.speculative import speculative_generate
+from specsample.decoding.tree_loop import DraftTree
 
 __all__ = [
+  "AdaptiveDraft",
   "DecodingStats",
+  "DraftTree",
   "GenerationOutput",
   "NonFiniteLogitsError",
   "SpeculativeTrace",

@@ -15,6 +15,8 @@ class LoopCounters:
   """What the loop counts besides the output: the statistics and the bad-logits flags."""
 
   target_calls: jax.Array  # int32[]: loop iterations = batched target calls
+  draft_calls: jax.Array  # int32[]: batched draft steps (catch-ups included)
+  drafted: jax.Array  # int32[batch]: draft tokens proposed (counted iterations)
   iterations: jax.Array  # int32[batch]: iterations each row took part in (and counted)
   accepted: jax.Array  # int32[batch]: accepted draft tokens
   rejected: jax.Array  # int32[batch]: iterations that ended at a rejected draft token
@@ -26,35 +28,51 @@ class LoopCounters:
   def zeros(cls, batch: int, gamma: int) -> LoopCounters:
     zeros, flags = jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), bool)
     return cls(
-      target_calls=jnp.zeros((), jnp.int32), iterations=zeros, accepted=zeros, rejected=zeros,
+      target_calls=jnp.zeros((), jnp.int32), draft_calls=jnp.zeros((), jnp.int32),
+      drafted=zeros, iterations=zeros, accepted=zeros, rejected=zeros,
       accepted_histogram=jnp.zeros((gamma + 1,), jnp.int32),
       target_nonfinite=flags, draft_nonfinite=flags,
     )  # fmt: skip
 
   def record(
-    self, *, active: jax.Array, n: jax.Array, target_bad: jax.Array, draft_bad: jax.Array
+    self,
+    *,
+    active: jax.Array,
+    n: jax.Array,
+    target_bad: jax.Array,
+    draft_bad: jax.Array,
+    num_drafted: jax.Array | None = None,
+    draft_steps: jax.Array | int | None = None,
+    num_proposed: jax.Array | None = None,
   ) -> LoopCounters:
-    """One iteration: n int32[batch] accepted; rows with bad logits are flagged, not counted."""
+    """One iteration: n int32[batch] accepted of a path of num_drafted int32[batch] draft
+    tokens (gamma when None), out of num_proposed (a tree's K chains; num_drafted when
+    None), in draft_steps batched draft calls (gamma when None); rows with bad logits are
+    flagged, not counted."""
     gamma = self.accepted_histogram.shape[0] - 1
+    num_drafted = jnp.full_like(n, gamma) if num_drafted is None else num_drafted
+    num_proposed = num_drafted if num_proposed is None else num_proposed
+    draft_steps = gamma if draft_steps is None else draft_steps
     counted = active & ~(target_bad | draft_bad)  # [batch]
     one_hot = jax.nn.one_hot(n, gamma + 1, dtype=jnp.int32) * counted[:, None]  # [batch, gamma+1]
     return LoopCounters(
       target_calls=self.target_calls + 1,
+      draft_calls=self.draft_calls + draft_steps,
+      drafted=self.drafted + jnp.where(counted, num_proposed, 0),
       iterations=self.iterations + counted,
       accepted=self.accepted + jnp.where(counted, n, 0),
-      rejected=self.rejected + (counted & (n < gamma)),
+      rejected=self.rejected + (counted & (n < num_drafted)),
       accepted_histogram=self.accepted_histogram + jnp.sum(one_hot, axis=0),
       target_nonfinite=self.target_nonfinite | target_bad,
       draft_nonfinite=self.draft_nonfinite | draft_bad,
     )
 
   def stats(self) -> DecodingStats:
-    gamma = self.accepted_histogram.shape[0] - 1
     return DecodingStats(
       target_calls=self.target_calls,
-      draft_calls=self.target_calls * gamma,
+      draft_calls=self.draft_calls,
       iterations=self.iterations,
-      drafted=self.iterations * gamma,
+      drafted=self.drafted,
       accepted=self.accepted,
       rejected=self.rejected,
       accepted_histogram=self.accepted_histogram,

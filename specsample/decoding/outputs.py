@@ -110,15 +110,21 @@ class SpeculativeTrace:
   """
 
   drafts: jax.Array  # int32[max_new_tokens, batch, gamma]: x_1..x_gamma
+  drafted: jax.Array  # int32[max_new_tokens, batch]: m, the tokens proposed (gamma if fixed)
   accepted: jax.Array  # int32[max_new_tokens, batch]: n
   next_token: jax.Array  # int32[max_new_tokens, batch]: y (correction or bonus)
   active: jax.Array  # bool[max_new_tokens, batch]: the row took part in that iteration
 
   def row(self, index: int) -> list[tuple[list[int], int, int]]:
-    """(draft tokens, number accepted, next token) for each iteration row `index` took part in."""
+    """(proposed draft tokens, number accepted, next token) for each iteration row `index`
+    took part in."""
     drafts, accepted = np.asarray(self.drafts[:, index]), np.asarray(self.accepted[:, index])
     nexts, active = np.asarray(self.next_token[:, index]), np.asarray(self.active[:, index])
-    return [(drafts[i].tolist(), int(accepted[i]), int(nexts[i])) for i in np.flatnonzero(active)]
+    drafted = np.asarray(self.drafted[:, index])
+    return [
+      (drafts[i, : drafted[i]].tolist(), int(accepted[i]), int(nexts[i]))
+      for i in np.flatnonzero(active)
+    ]
 
 
 @struct.dataclass(kw_only=True)

@@ -18,6 +18,7 @@ Invariants between iterations (per row):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -32,8 +33,10 @@ from specsample.core.verification import (
   verify,
   verify_greedy,
 )
-from specsample.decoding.commit import commit, draw
+from specsample.decoding.adaptive import AdaptiveDraft
+from specsample.decoding.commit import commit
 from specsample.decoding.counters import LoopCounters
+from specsample.decoding.drafting import draft_adaptive_block, draft_fixed_block
 from specsample.decoding.inputs import (
   check_model,
   check_positive_int,
@@ -43,9 +46,9 @@ from specsample.decoding.inputs import (
   prompt_pad_id,
 )
 from specsample.decoding.outputs import GenerationOutput, SpeculativeTrace, raise_on_nonfinite
+from specsample.decoding.tree_loop import DraftTree, new_positions, supports_trees, tree_iteration
 
 MAX_GAMMA = 64  # draft tokens per iteration at most (the paper's best are 3-7)
-MAX_UNROLLED_GAMMA = 16  # the draft's steps are unrolled up to here (faster on CPU), looped beyond
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +60,8 @@ class SpeculativeSettings:
   sampling: SamplingConfig
   rule: str | VerificationRule  # "token", "block", "greedy", or a custom rule
   record_trace: bool = False
+  adaptive: AdaptiveDraft | None = None  # per-row draft length up to gamma (None: fixed)
+  tree: DraftTree | None = None  # K draft chains verified as a tree (None: one chain)
 
 
 @struct.dataclass(kw_only=True)
@@ -72,68 +77,7 @@ class SpeculativeLoopState:
   key: jax.Array
   counters: LoopCounters
   trace: SpeculativeTrace | None  # per-iteration record, when asked for
-
-
-def _draft_block(
-  draft: LanguageModel,
-  s: SpeculativeLoopState,
-  active: jax.Array,
-  key: jax.Array,
-  settings: SpeculativeSettings,
-) -> tuple[jax.Array, jax.Array, Any, jax.Array]:
-  """Step 1: catch up on pending tokens, then draw gamma tokens from the draft.
-
-  Returns draft tokens int32[batch, gamma], their distributions float32[batch, gamma,
-  vocab], the draft state (it has seen x_1..x_{gamma-1}) and bool[batch, gamma] flags of
-  unusable logits behind each p_i.
-  """
-  step_keys = jax.random.split(key, settings.gamma)
-  one = active.astype(jnp.int32)  # [batch]: 1 for rows that advance
-  catch_up = jnp.where(active, s.draft_num_pending, 0)
-  first_logits, draft_state = jax.lax.cond(
-    jnp.any(catch_up == 2),
-    _catch_up_two,
-    _catch_up_one,
-    draft,
-    s.draft_state,
-    s.draft_pending,
-    catch_up,
-  )  # [batch, vocab]
-  need_probs = settings.rule != "greedy"  # greedy verification compares tokens only
-  token, probs = draw(step_keys[0], first_logits, settings.sampling, need_probs=need_probs)
-
-  def draft_step(carry, step_key):
-    draft_state, token = carry
-    logits, draft_state = draft.extend(draft_state, token[:, None], one)  # [batch, 1, vocab]
-    next_token, probs = draw(step_key, logits[:, 0], settings.sampling, need_probs=need_probs)
-    return (draft_state, next_token), (next_token, probs, nonfinite_logits(logits[:, 0]))
-
-  (draft_state, _), (rest_tokens, rest_probs, rest_bad) = jax.lax.scan(
-    draft_step, (draft_state, token), step_keys[1:], unroll=settings.gamma <= MAX_UNROLLED_GAMMA
-  )  # rest_tokens: [gamma - 1, batch], rest_probs: [gamma - 1, batch, vocab]
-  tokens = jnp.concatenate([token[:, None], rest_tokens.T], axis=1)  # [batch, gamma]
-  if need_probs:  # [batch, gamma, vocab]
-    probs = jnp.concatenate([probs[:, None], jnp.moveaxis(rest_probs, 0, 1)], axis=1)
-  bad = jnp.concatenate([nonfinite_logits(first_logits)[:, None], rest_bad.T], axis=1)
-  return tokens, probs, draft_state, bad
-
-
-def _catch_up_two(draft, draft_state, pending: jax.Array, catch_up: jax.Array):
-  """The draft catches up on its 1 or 2 pending tokens (pending int32[batch, 2], catch_up
-  int32[batch] of them per row) in one 2-token call.
-
-  Returns the logits after each row's last pending token [batch, vocab] and the state.
-  """
-  logits, draft_state = draft.extend(draft_state, pending, catch_up)  # [batch, 2, vocab]
-  last_pending = jnp.maximum(catch_up - 1, 0)
-  return jnp.take_along_axis(logits, last_pending[:, None, None], axis=1)[:, 0], draft_state
-
-
-def _catch_up_one(draft, draft_state, pending: jax.Array, catch_up: jax.Array):
-  """The same when no row owes two tokens: a 1-token call, which costs less than a 2-token
-  one on CPUs (a matrix-vector product, and no second position to compute)."""
-  logits, draft_state = draft.extend(draft_state, pending[:, :1], catch_up)
-  return logits[:, 0], draft_state
+  thresholds: jax.Array | None  # float32[batch]: adaptive draft length's confidence bars
 
 
 def _speculative_loop(
@@ -147,6 +91,8 @@ def _speculative_loop(
   gamma = settings.gamma
   batch = prompts.shape[0]
   num_new_positions = settings.max_new_tokens + gamma + 1  # room for a full block at the end
+  if settings.tree is not None:
+    num_new_positions = settings.max_new_tokens + new_positions(gamma, settings.tree)
   target_state, pending = target.init_state(prompts, prompt_lengths, num_new_positions)
   draft_state, draft_pending = draft.init_state(prompts, prompt_lengths, num_new_positions)
   init = SpeculativeLoopState(
@@ -161,7 +107,9 @@ def _speculative_loop(
     key=key,
     counters=LoopCounters.zeros(batch, gamma),
     trace=_empty_trace(batch, settings) if settings.record_trace else None,
+    thresholds=None if settings.adaptive is None else settings.adaptive.initial_thresholds(batch),
   )
+  need_probs = settings.rule != "greedy"  # greedy verification compares tokens only
 
   def iteration(s: SpeculativeLoopState) -> SpeculativeLoopState:
     key, draft_key, verify_key = jax.random.split(s.key, 3)
@@ -169,21 +117,29 @@ def _speculative_loop(
     target_end = s.target_state.end_index  # [batch]
     draft_end = s.draft_state.end_index  # [batch]
 
-    # 1. Draft gamma tokens.  x: [batch, gamma], p: [batch, gamma, vocab]
-    x, p, draft_state, draft_bad = _draft_block(draft, s, active, draft_key, settings)
+    # 1. Draft gamma tokens (adaptive: m <= gamma per row).  x: [batch, gamma],
+    #    p: [batch, gamma, vocab]
+    draft_args = (draft, s.draft_state, s.draft_pending, s.draft_num_pending, active, draft_key)
+    options = dict(gamma=gamma, sampling=settings.sampling, need_probs=need_probs)
+    if settings.adaptive is None:
+      block = draft_fixed_block(*draft_args, **options)
+    else:
+      block = draft_adaptive_block(*draft_args, s.thresholds, **options)
+    x, p, m = block.tokens, block.probs, block.num_drafted
+    m_or_gamma = jnp.full((batch,), gamma, jnp.int32) if m is None else m  # [batch]
 
-    # 2. Score [last, x_1..x_gamma] with ONE target call.  q: [batch, gamma + 1, vocab]
+    # 2. Score [last, x_1..x_m] with ONE target call.  logits: [batch, gamma + 1, vocab]
     target_tokens = jnp.concatenate([s.last_token[:, None], x], axis=1)
-    num_scored = jnp.where(active, gamma + 1, 0)
-    target_logits, target_state = target.extend(s.target_state, target_tokens, num_scored)
+    num_scored = jnp.where(active, m_or_gamma + 1, 0)
+    target_logits, target_state = _score(target, s.target_state, target_tokens, num_scored, m)
 
     # 3. Verify: n accepted draft tokens and the next token y.  [batch] each
     if settings.rule == "greedy":
-      n, y = verify_greedy(x, target_logits)  # argmax of the logits: no softmax needed
+      n, y = verify_greedy(x, target_logits, m)  # argmax of the logits: no softmax needed
     else:
       q = logits_to_probs(target_logits, settings.sampling)
-      n, y = verify(settings.rule, verify_key, x, p, q)
-    target_bad, draft_bad = _bad_logits_used(target_logits, draft_bad, n, active)
+      n, y = verify(settings.rule, verify_key, x, p, q, m)
+    target_bad, draft_bad = _bad_logits_used(target_logits, block.bad, n, active)
 
     # 4. Commit x_1..x_n, y (rows with bad logits commit nothing and stop).
     offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
@@ -194,16 +150,28 @@ def _speculative_loop(
     )
 
     # 5. Rewind. The target keeps last, x_1..x_n (y is pending); the draft saw
-    #    x_1..x_{gamma-1}, so it keeps x_1..x_min(n, gamma-1) and owes y (and x_gamma).
-    all_accepted = n == gamma
+    #    x_1..x_{m-1}, so it keeps x_1..x_min(n, m-1) and owes y (and x_m).
+    all_accepted = n == m_or_gamma
     target_state = target.rewind(target_state, jnp.where(active, target_end + n + 1, target_end))
-    draft_kept = draft_end + s.draft_num_pending + jnp.minimum(n, gamma - 1)
-    draft_state = draft.rewind(draft_state, jnp.where(active, draft_kept, draft_end))
-    pending_if_all = jnp.stack([x[:, -1], y], axis=1)
+    draft_kept = draft_end + s.draft_num_pending + jnp.minimum(n, m_or_gamma - 1)
+    draft_state = draft.rewind(block.state, jnp.where(active, draft_kept, draft_end))
+    x_m = jnp.take_along_axis(x, (m_or_gamma - 1)[:, None], axis=1)[:, 0]
+    pending_if_all = jnp.stack([x_m, y], axis=1)
     pending_if_not = jnp.stack([y, jnp.full_like(y, target.pad_id)], axis=1)
     new_pending = jnp.where(all_accepted[:, None], pending_if_all, pending_if_not)
 
-    counters = s.counters.record(active=active, n=n, target_bad=target_bad, draft_bad=draft_bad)
+    counted = active & ~(target_bad | draft_bad)
+    counters = s.counters.record(
+      active=active,
+      n=n,
+      target_bad=target_bad,
+      draft_bad=draft_bad,
+      num_drafted=m,
+      draft_steps=block.steps,
+    )
+    thresholds = s.thresholds
+    if settings.adaptive is not None:
+      thresholds = settings.adaptive.update(thresholds, last_accepted=all_accepted, counted=counted)
     return s.replace(
       target_state=target_state,
       draft_state=draft_state,
@@ -215,15 +183,42 @@ def _speculative_loop(
       done=done,
       key=key,
       counters=counters,
-      trace=_record_trace(s, x, n, y, counted=active & ~(target_bad | draft_bad)),
+      trace=_record_trace(s, x, m_or_gamma, n, y, counted=counted),
+      thresholds=thresholds,
     )
 
-  final = jax.lax.while_loop(lambda s: ~jnp.all(s.done), iteration, init)
+  step = iteration
+  if settings.tree is not None:
+    step = functools.partial(tree_iteration, target, draft, settings=settings)
+  final = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, init)
   output = GenerationOutput(
     tokens=final.tokens, lengths=final.lengths, stats=final.counters.stats(), trace=final.trace
   )
   flags = {"target": final.counters.target_nonfinite, "draft": final.counters.draft_nonfinite}
   return output, flags
+
+
+def _score(target: LanguageModel, state, tokens: jax.Array, num_scored: jax.Array, m):
+  """The target's one call over [last, x_1..x_gamma] (tokens int32[batch, gamma + 1]).
+
+  With adaptive lengths (m int32[batch]) the call is only as wide as the longest row
+  needs, max(m) + 1 tokens (`lax.switch` over the widths: on CPUs a call costs more the
+  more tokens it scores). Returns logits [batch, gamma + 1, vocab]; positions past a
+  row's m + 1 are padding no rule reads.
+  """
+  width = tokens.shape[1]
+  if m is None:
+    return target.extend(state, tokens, num_scored)
+
+  def scorer(k: int):
+    def score(state):
+      logits, state = target.extend(state, tokens[:, :k], num_scored)
+      return jnp.pad(logits, ((0, 0), (0, width - k), (0, 0)), mode="edge"), state
+
+    return score
+
+  widest = jnp.max(jnp.where(num_scored > 0, num_scored, 2))  # in 2..gamma + 1
+  return jax.lax.switch(widest - 2, [scorer(k) for k in range(2, width + 1)], state)
 
 
 def _bad_logits_used(
@@ -238,12 +233,13 @@ def _bad_logits_used(
   return target_bad, jnp.any(draft_bad & used[:, :gamma], axis=1)
 
 
-def _record_trace(s: SpeculativeLoopState, x, n, y, *, counted) -> SpeculativeTrace | None:
+def _record_trace(s: SpeculativeLoopState, x, m, n, y, *, counted) -> SpeculativeTrace | None:
   if s.trace is None:
     return None
   i = s.counters.target_calls
   return s.trace.replace(
     drafts=s.trace.drafts.at[i].set(x),
+    drafted=s.trace.drafted.at[i].set(m),
     accepted=s.trace.accepted.at[i].set(n),
     next_token=s.trace.next_token.at[i].set(y),
     active=s.trace.active.at[i].set(counted),
@@ -255,6 +251,7 @@ def _empty_trace(batch: int, settings: SpeculativeSettings) -> SpeculativeTrace:
   zeros = jnp.zeros((iterations, batch), jnp.int32)
   return SpeculativeTrace(
     drafts=jnp.zeros((iterations, batch, settings.gamma), jnp.int32),
+    drafted=zeros,
     accepted=zeros,
     next_token=zeros,
     active=jnp.zeros((iterations, batch), bool),
@@ -276,6 +273,8 @@ def speculative_generate(
   seed: int | jax.Array = 0,
   prompt_lengths=None,
   trace: bool = False,
+  adaptive: AdaptiveDraft | bool | None = None,
+  tree: DraftTree | int | None = None,
 ) -> GenerationOutput:
   """Speculative sampling: the output is distributed exactly as `generate(target, ...)`.
 
@@ -297,6 +296,15 @@ def speculative_generate(
     seed: int or jax PRNG key. The same seed gives the same output.
     trace: also record every iteration's draft tokens, accepted count and next token
       (`output.trace`, for the acceptance-trace picture); a separate compiled program.
+    adaptive: draft a variable number of tokens per row and iteration, up to gamma:
+      each row stops after a token the draft is unsure of, with a per-row threshold its
+      acceptance steers (`AdaptiveDraft`; True takes its defaults). Exact with every
+      built-in rule; the target's call is as wide as the longest row's block.
+    tree: draft K chains of gamma tokens per row (`DraftTree`, or K as an int) and
+      verify them in one tree-shaped target call with recursive rejection sampling over
+      the chains (greedy: the draft's top-K first tokens, longest match wins); needs
+      models with `extend_tree` / `keep_path` (T5, DecoderOnly, MarkovLM). The trace
+      records the chain the accepted path followed.
 
   Returns:
     GenerationOutput: tokens int32[batch, max_new_tokens] (pad after each row's end),
@@ -337,12 +345,45 @@ def speculative_generate(
       "verification='greedy' is only exact at temperature 0; use 'token' or 'block' "
       f"for temperature {sampling.temperature}"
     )
+  if adaptive is True:
+    adaptive = AdaptiveDraft()
+  elif adaptive is False:
+    adaptive = None
+  if adaptive is not None and not isinstance(adaptive, AdaptiveDraft):
+    raise TypeError(f"adaptive must be an AdaptiveDraft, True, False or None, got {adaptive!r}")
+  if adaptive is not None and callable(verification):
+    raise ValueError(
+      "adaptive draft length works with the built-in rules ('token', 'block', greedy); "
+      "a custom rule sees fixed-length drafts only"
+    )
+  if isinstance(tree, int) and not isinstance(tree, bool):
+    tree = None if tree == 1 else DraftTree(num_chains=tree)
+  if tree is not None:
+    if not isinstance(tree, DraftTree):
+      raise TypeError(f"tree must be a DraftTree or a number of chains, got {tree!r}")
+    if adaptive is not None:
+      raise ValueError("adaptive draft length and tree drafts cannot be combined (yet)")
+    if callable(verification) or verification == "block":
+      raise ValueError(
+        "tree drafts are verified by recursive rejection sampling over the chains (greedy "
+        "at temperature 0); verification must be 'token' (the default) with them"
+      )
+    if tree.num_chains > target.vocab_size:
+      raise ValueError(f"tree has {tree.num_chains} chains but the vocabulary {target.vocab_size}")
+    for role, model in (("target", target), ("draft", draft)):
+      if not supports_trees(model):
+        raise ValueError(
+          f"the {role} model ({type(model).__name__}) has no extend_tree/keep_path, which "
+          "tree drafts need (T5, DecoderOnly and MarkovLM have them)"
+        )
   settings = SpeculativeSettings(
     gamma=gamma,
     max_new_tokens=check_positive_int("max_new_tokens", max_new_tokens),
     sampling=sampling,
     rule="greedy" if sampling.is_greedy and not callable(verification) else verification,
     record_trace=bool(trace),
+    adaptive=adaptive,
+    tree=tree,
   )
   prompts, prompt_lengths = prepare_prompts(
     prompts,

@@ -18,6 +18,7 @@ import numpy as np
 from flax import struct
 
 from specsample.core.sampling import SamplingConfig, logits_to_probs
+from specsample.core.tree import TreeLayout
 
 # Context positions before the start of a sequence read as this token (order >= 2).
 _BEFORE_START_TOKEN = 0
@@ -116,6 +117,32 @@ class MarkovLM:
 
   def rewind(self, state: MarkovState, end_index: jax.Array) -> MarkovState:
     return state.replace(end_index=end_index.astype(jnp.int32))
+
+  def extend_tree(
+    self, state: MarkovState, tokens: jax.Array, layout: TreeLayout, start: int
+  ) -> tuple[jax.Array, MarkovState]:
+    """Tree slots start..start+k-1 (written at end_index + slot); each position's context
+    is read along its own ancestors, then the committed prefix. The end index stays."""
+    batch, k = tokens.shape
+    rows = jnp.arange(batch)[:, None]
+    written = state.end_index[:, None] + start + jnp.arange(k, dtype=jnp.int32)
+    cache = state.tokens.at[rows, written].set(tokens.astype(jnp.int32), mode="drop")
+    context = []
+    for back in range(self.order - 1, -1, -1):  # cache index end + (slot, or -m in the prefix)
+      offsets = jnp.asarray([layout.back(start + i, back) for i in range(k)], jnp.int32)
+      source = state.end_index[:, None] + offsets[None, :]  # [batch, k]
+      read = jnp.take_along_axis(cache, jnp.maximum(source, 0), axis=1)
+      context.append(jnp.where(source >= 0, read, _BEFORE_START_TOKEN))
+    return self.logits_table[tuple(context)], state.replace(tokens=cache)
+
+  def keep_path(self, state: MarkovState, slots: jax.Array, num_kept: jax.Array) -> MarkovState:
+    """Moves tree slots int32[batch, L] to end_index + 0..L-1; commits num_kept of them."""
+    batch, length = slots.shape
+    rows = jnp.arange(batch)[:, None]
+    kept = jnp.take_along_axis(state.tokens, state.end_index[:, None] + slots, axis=1)
+    target = state.end_index[:, None] + jnp.arange(length, dtype=jnp.int32)
+    tokens = state.tokens.at[rows, target].set(kept, mode="drop")
+    return MarkovState(tokens=tokens, end_index=state.end_index + num_kept.astype(jnp.int32))
 
   # ----- exact distributions, for tests and analysis -------------------------------------
 

@@ -29,7 +29,7 @@ import optax
 from flax import struct
 
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig, DecoderOnlyNetwork
-from specsample.models.decoder_only.network import empty_caches
+from specsample.models.decoder_only.network import attention_mask, empty_caches
 from specsample.train import seq2seq
 from specsample.train.target_responses import Response, generate_responses
 
@@ -205,9 +205,10 @@ def batches(
 
 def _hidden(module: DecoderOnlyNetwork, tokens, positions, caches, end_index):
   """The final-norm hidden states [batch, length, d_model] (no output layer)."""
+  allowed = attention_mask(positions, caches[0][0].shape[1], module.config.sliding_window)
   x = module.embed(tokens)
   for block, cache in zip(module.blocks, caches, strict=True):
-    x, _ = block(x, positions, cache, end_index)
+    x, _ = block(x, positions, cache, end_index, allowed)
   return module.final_norm(x)
 
 

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specsample.core.tree import TreeLayout
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.decoder_only.network import (
   DecoderOnlyNetwork,
@@ -21,6 +22,7 @@ from specsample.models.decoder_only.network import (
   empty_caches,
   init_params,
 )
+from specsample.models.layers import move_to_end, tree_attention
 
 
 @struct.dataclass
@@ -55,10 +57,11 @@ class DecoderOnly:
   def pad_id(self) -> int:
     return self.config.pad_id
 
-  def _run(self, caches, tokens, end_index):
-    positions = end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
+  def _run(self, caches, tokens, end_index, positions=None, allowed=None):
+    if positions is None:
+      positions = end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
     logits, caches = DecoderOnlyNetwork(self.config).apply(
-      {"params": self.params}, tokens, positions, caches, end_index
+      {"params": self.params}, tokens, positions, caches, end_index, allowed
     )
     if self.partitioning is not None:
       axes = ("batch", "length", "kv_heads", "head_dim")
@@ -88,6 +91,34 @@ class DecoderOnly:
 
   def rewind(self, state: DecoderOnlyState, end_index: jax.Array) -> DecoderOnlyState:
     return state.replace(end_index=end_index.astype(jnp.int32))
+
+  def extend_tree(
+    self, state: DecoderOnlyState, tokens: jax.Array, layout: TreeLayout, start: int
+  ) -> tuple[jax.Array, DecoderOnlyState]:
+    """Scores tokens int32[batch, k] as slots start..start+k-1 of a token tree (written
+    at end_index + slot, at positions end_index + depth, each seeing the committed prefix
+    and its own ancestors). The end index stays: `keep_path` commits one path."""
+    capacity = state.caches[0][0].shape[1]
+    write_index = state.end_index + start
+    positions, key_positions, allowed = tree_attention(
+      layout, start, tokens.shape[1], state.end_index, capacity
+    )
+    if self.config.sliding_window is not None:
+      window = self.config.sliding_window
+      allowed &= key_positions[:, None, :] > positions[:, :, None] - window
+    logits, caches = self._run(state.caches, tokens, write_index, positions, allowed)
+    return logits, state.replace(caches=caches)
+
+  def keep_path(
+    self, state: DecoderOnlyState, slots: jax.Array, num_kept: jax.Array
+  ) -> DecoderOnlyState:
+    """Moves tree slots int32[batch, L] to end_index + 0..L-1 and commits the first
+    num_kept int32[batch] of them."""
+    caches = tuple(
+      (move_to_end(k, slots, state.end_index), move_to_end(v, slots, state.end_index))
+      for k, v in state.caches
+    )
+    return state.replace(caches=caches, end_index=state.end_index + num_kept.astype(jnp.int32))
 
   def forward(self, tokens: jax.Array) -> jax.Array:
     """Logits float32[batch, length, vocab] of whole sequences tokens int32[batch, length]

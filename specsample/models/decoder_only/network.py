@@ -73,8 +73,9 @@ class Block(nn.Module):
     self.up = Projection(c.mlp_dim, dtype=dtype, use_bias=c.mlp_bias)
     self.down = Projection(c.d_model, dtype=dtype, use_bias=c.mlp_bias)
 
-  def __call__(self, x, positions, cache: KeysValues, end_index):
-    """x [batch, k, d_model] at positions int32[batch, k] -> (x, cache)."""
+  def __call__(self, x, positions, cache: KeysValues, end_index, allowed):
+    """x [batch, k, d_model] at positions int32[batch, k], written at end_index, seeing
+    the cache entries allowed bool[batch, k, capacity] -> (x, cache)."""
     c = self.config
     batch, k, _ = x.shape
     groups = c.num_heads // c.num_kv_heads
@@ -90,7 +91,6 @@ class Block(nn.Module):
     queries = queries.reshape(batch, k, c.num_kv_heads, groups, c.head_dim)
     scores = jnp.einsum("bqhgd,bshd->bhgqs", queries, keys, preferred_element_type=jnp.float32)
     scores = scores * c.head_dim**-0.5  # [batch, kv_heads, groups, k, capacity]
-    allowed = attention_mask(positions, keys.shape[1], c.sliding_window)  # [batch, k, capacity]
     weights = jax.nn.softmax(scores + mask_bias(allowed)[:, None, None], axis=-1)
     context = jnp.einsum("bhgqs,bshd->bqhgd", weights.astype(values.dtype), values)
     x = x + self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
@@ -117,12 +117,18 @@ class DecoderOnlyNetwork(nn.Module):
     elif not c.tie_word_embeddings:
       self.lm_head = Projection(c.vocab_size, dtype=dtype)
 
-  def __call__(self, tokens, positions, caches, end_index):
-    """tokens, positions int32[batch, k] -> (logits float32[batch, k, vocab], caches)."""
+  def __call__(self, tokens, positions, caches, end_index, allowed=None):
+    """tokens, positions int32[batch, k] -> (logits float32[batch, k, vocab], caches).
+
+    allowed bool[batch, k, capacity]: the cache entries each token sees (None: causal by
+    position, within the sliding window if any).
+    """
+    if allowed is None:
+      allowed = attention_mask(positions, caches[0][0].shape[1], self.config.sliding_window)
     x = self.embed(tokens)
     new_caches = []
     for block, cache in zip(self.blocks, caches, strict=True):
-      x, cache = block(x, positions, cache, end_index)
+      x, cache = block(x, positions, cache, end_index, allowed)
       new_caches.append(cache)
     x = self.final_norm(x)
     if self.config.tie_word_embeddings:

@@ -55,14 +55,16 @@ class RelativePositionBias(nn.Module):
 
   @nn.compact
   def __call__(self, query_positions: jax.Array, key_positions: jax.Array) -> jax.Array:
-    """query_positions int32[batch, q], key_positions int32[k] -> float32[batch, heads, q, k]."""
+    """query_positions int32[batch, q], key_positions int32[k] or int32[batch, k] (per-row
+    key positions: a token tree) -> float32[batch, heads, q, k]."""
     table = self.param(
       "rel_embedding",
       nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),  # as T5X
       (self.num_heads, self.num_buckets),
       self.dtype,
     )
-    relative = key_positions[None, None, :] - query_positions[:, :, None]  # [batch, q, k]
+    keys = key_positions[None, None, :] if key_positions.ndim == 1 else key_positions[:, None, :]
+    relative = keys - query_positions[:, :, None]  # [batch, q, k]
     buckets = relative_position_bucket(
       relative,
       bidirectional=self.bidirectional,

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specsample.core.tree import TreeLayout
+from specsample.models.layers import move_to_end, tree_attention
 from specsample.models.t5.config import T5Config
 from specsample.models.t5.network import KeysValues, T5Network
 
@@ -117,6 +119,39 @@ class T5:
 
   def rewind(self, state: T5State, end_index: jax.Array) -> T5State:
     return state.replace(end_index=end_index.astype(jnp.int32))
+
+  def extend_tree(
+    self, state: T5State, tokens: jax.Array, layout: TreeLayout, start: int
+  ) -> tuple[jax.Array, T5State]:
+    """Scores tokens int32[batch, k] as slots start..start+k-1 of a token tree (written
+    at end_index + slot, at positions end_index + depth, each seeing the committed prefix
+    and its own ancestors; relative positions from the depths). The end index stays."""
+    capacity = state.caches[0][0].shape[1]
+    positions, key_positions, allowed = tree_attention(
+      layout, start, tokens.shape[1], state.end_index, capacity
+    )
+    logits, caches = self._apply(
+      tokens,
+      positions,
+      state.cross,
+      state.encoder_valid,
+      state.caches,
+      state.end_index + start,
+      key_positions,
+      allowed,
+      method=T5Network.decode,
+    )
+    return logits, state.replace(caches=self._constrain_caches(caches))
+
+  def keep_path(self, state: T5State, slots: jax.Array, num_kept: jax.Array) -> T5State:
+    """Moves tree slots int32[batch, L] to end_index + 0..L-1 and commits the first
+    num_kept int32[batch] of them."""
+    caches = tuple(
+      (move_to_end(k, slots, state.end_index), move_to_end(v, slots, state.end_index))
+      for k, v in state.caches
+    )
+    caches = self._constrain_caches(caches)
+    return state.replace(caches=caches, end_index=state.end_index + num_kept.astype(jnp.int32))
 
   # ----- whole-sequence passes -----------------------------------------------------------
 

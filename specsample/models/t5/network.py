@@ -133,13 +133,21 @@ class Decoder(nn.Module):
     encoder_valid: jax.Array,
     caches: tuple[KeysValues, ...] | None = None,
     end_index: jax.Array | None = None,
+    key_positions: jax.Array | None = None,
+    allowed: jax.Array | None = None,
   ) -> tuple[jax.Array, tuple[KeysValues, ...]]:
-    """tokens, query_positions int32[batch, k] -> (logits float32[batch, k, vocab], caches)."""
+    """tokens, query_positions int32[batch, k] -> (logits float32[batch, k, vocab], caches).
+
+    A token tree passes the cache entries' positions int32[batch, length] and what each
+    token sees, allowed bool[batch, k, length]; by default entry i is at position i and
+    tokens see the entries at or before their own position.
+    """
     x = self.embedder(tokens)  # [batch, k, d_model]
     key_length = tokens.shape[1] if caches is None else caches[0][0].shape[1]
-    key_positions = jnp.arange(key_length, dtype=jnp.int32)
-    causal = key_positions[None, None, :] <= query_positions[:, :, None]  # [batch, k, length]
-    self_bias = self.relpos_bias(query_positions, key_positions) + mask_bias(causal[:, None])
+    if key_positions is None:
+      key_positions = jnp.arange(key_length, dtype=jnp.int32)
+      allowed = key_positions[None, None, :] <= query_positions[:, :, None]  # [batch, k, length]
+    self_bias = self.relpos_bias(query_positions, key_positions) + mask_bias(allowed[:, None])
     cross_bias = mask_bias(encoder_valid[:, None, None, :])  # [batch, 1, 1, enc_length]
     new_caches = []
     for i, layer in enumerate(self.layers):
@@ -179,8 +187,20 @@ class T5Network(nn.Module):
   def cross_keys_values(self, encoded: jax.Array) -> tuple[KeysValues, ...]:
     return self.decoder.cross_keys_values(encoded)
 
-  def decode(self, tokens, query_positions, cross, encoder_valid, caches=None, end_index=None):
-    return self.decoder(tokens, query_positions, cross, encoder_valid, caches, end_index)
+  def decode(
+    self,
+    tokens,
+    query_positions,
+    cross,
+    encoder_valid,
+    caches=None,
+    end_index=None,
+    key_positions=None,
+    allowed=None,
+  ):
+    return self.decoder(
+      tokens, query_positions, cross, encoder_valid, caches, end_index, key_positions, allowed
+    )
 
   def __call__(self, encoder_tokens: jax.Array, decoder_tokens: jax.Array) -> jax.Array:
     """Teacher-forced forward pass.  -> logits float32[batch, decoder_length, vocab].

@@ -1,0 +1,152 @@
+"""Draft shapes side by side: the fixed chain (token-wise and block verification), adaptive
+draft length, and K-chain trees, against plain decoding, on one pair, in one run.
+
+Each prompt is decoded alone (batch 1, all prompts padded to one width so one program
+serves them all) by every decoder in the same interleaved rounds (bench.timing.time_calls:
+one untimed compiling call each, then --repeats rounds; medians summed over prompts).
+Trees get the same verified-token budget as the chain: K chains of gamma / K tokens score
+gamma + 1 tokens per target call, as the chain of gamma does. Adaptive drafting gets the
+chain's gamma as its maximum. Greedy outputs are checked against plain greedy decoding.
+
+  python scripts/compare_draft_shapes.py --pair smollm2 --gamma 4 --chains 2 \
+      --num-prompts 8 --max-new-tokens 64 --out docs/bench/draft_shapes/smollm2.json
+  python scripts/compare_draft_shapes.py --pair ende --gamma 4 --chains 2 \
+      --out docs/bench/draft_shapes/ende.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import numpy as np
+
+from specsample import AdaptiveDraft, SamplingConfig, generate, speculative_generate
+from specsample.bench.pair import pad_to_width
+from specsample.bench.timing import time_calls
+
+
+def load(pair: str, num_prompts: int):
+  """(target, draft, prompts as token lists, description) of a bundled pair."""
+  from specsample import bundled
+
+  if pair == "ende":
+    target, draft, vocabulary = bundled.load_pair()
+    lines = (bundled.BUNDLE_DIR / "test.tsv").read_text().splitlines()
+    texts = [line.split("\t")[0] for line in lines if line.strip()][:num_prompts]
+    return target, draft, [vocabulary.encode(bundled.TASK_PREFIX + t) for t in texts], "T5 ende"
+  target, draft, tokenizer = bundled.load_smollm2_pair()
+  records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]
+  prompts = [
+    tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}])
+    for r in records[:num_prompts]
+  ]
+  return target, draft, prompts, "SmolLM2-135M-Instruct + bundled draft"
+
+
+def decoders(target, draft, gamma: int, chains: int, sampling: SamplingConfig, args):
+  """name -> speculative_generate keywords (None: plain decoding)."""
+  common = dict(gamma=gamma, sampling=sampling, max_new_tokens=args.max_new_tokens)
+  shapes = {"autoregressive": None, "chain_token": dict(common, verification="token")}
+  if not sampling.is_greedy:
+    shapes["chain_block"] = dict(common, verification="block")
+  shapes["adaptive"] = dict(common, adaptive=AdaptiveDraft(threshold=args.threshold))
+  if gamma % chains == 0:
+    shapes[f"tree_{chains}x{gamma // chains}"] = dict(common, gamma=gamma // chains, tree=chains)
+  shapes[f"tree_{chains}x{gamma}"] = dict(common, tree=chains)
+  return shapes
+
+
+def run(args) -> dict:
+  target, draft, prompts, description = load(args.pair, args.num_prompts)
+  width = max(map(len, prompts))
+  rows = [pad_to_width([p], width) for p in prompts]
+  results = {"pair": description, "prompts": len(prompts), "gamma": args.gamma, "runs": []}
+  for temperature in args.temperatures:
+    sampling = SamplingConfig(temperature=temperature)
+    shapes = decoders(target, draft, args.gamma, args.chains, sampling, args)
+    seconds = dict.fromkeys(shapes, 0.0)
+    stats = {name: {"accepted": 0, "iterations": 0, "target_calls": 0} for name in shapes}
+    outputs = {name: [] for name in shapes}
+    for index, (array, lengths) in enumerate(rows):
+      calls = []
+      for options in shapes.values():
+        if options is None:
+          calls.append(
+            lambda a=array, n=lengths, i=index, t=sampling: generate(
+              target, a, prompt_lengths=n, sampling=t,
+              max_new_tokens=args.max_new_tokens, seed=i,
+            )
+          )  # fmt: skip
+        else:
+          calls.append(
+            lambda a=array, n=lengths, i=index, o=options: speculative_generate(
+              target, draft, a, prompt_lengths=n, seed=i, **o
+            )
+          )
+      timings, outs = time_calls(calls, repeats=args.repeats, warmup=index == 0)
+      for name, timing, out in zip(shapes, timings, outs, strict=True):
+        seconds[name] += timing.median
+        outputs[name].append(out.sequences()[0])
+        if shapes[name] is not None:
+          stats[name]["accepted"] += int(np.sum(out.stats.accepted))
+          stats[name]["iterations"] += int(np.sum(out.stats.iterations))
+          stats[name]["target_calls"] += int(out.stats.target_calls)
+      print(f"  T={temperature:g} prompt {index + 1}/{len(rows)}", file=sys.stderr)
+    for name in shapes:
+      entry = {"temperature": temperature, "decoder": name, "seconds": seconds[name]}
+      entry["speedup_over_autoregressive"] = seconds["autoregressive"] / seconds[name]
+      if shapes[name] is not None:
+        s = stats[name]
+        entry["tokens_per_target_call"] = (s["accepted"] + s["iterations"]) / s["iterations"]
+        entry["time_vs_chain_token"] = seconds[name] / seconds["chain_token"]
+        if sampling.is_greedy:
+          entry["greedy_identical"] = outputs[name] == outputs["autoregressive"]
+      results["runs"].append(entry)
+  return results
+
+
+def print_table(results: dict) -> None:
+  print(f"{results['pair']}, {results['prompts']} prompts, chain gamma {results['gamma']}")
+  print(f"{'T':>4} {'decoder':<16} {'tok/call':>9} {'seconds':>9} {'vs AR':>7} {'vs chain':>9}")
+  for r in results["runs"]:
+    tokens = r.get("tokens_per_target_call", 1.0)
+    versus = r.get("time_vs_chain_token", float("nan"))
+    same = {True: "  greedy =", False: "  greedy DIFFERS"}.get(r.get("greedy_identical"), "")
+    print(
+      f"{r['temperature']:>4g} {r['decoder']:<16} {tokens:>9.2f} {r['seconds']:>9.2f} "
+      f"{r['speedup_over_autoregressive']:>6.2f}x {versus:>9.2f}{same}"
+    )
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--pair", choices=["ende", "smollm2"], default="smollm2")
+  parser.add_argument("--gamma", type=int, default=4)
+  parser.add_argument("--chains", type=int, default=2)
+  parser.add_argument("--threshold", type=float, default=AdaptiveDraft.threshold)
+  parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+  parser.add_argument("--num-prompts", type=int, default=8)
+  parser.add_argument("--max-new-tokens", type=int, default=64)
+  parser.add_argument("--repeats", type=int, default=2)
+  parser.add_argument("--out", type=pathlib.Path)
+  args = parser.parse_args(argv)
+  if args.out is not None and args.out.exists():
+    parser.error(f"{args.out} exists; remove it first")
+  try:
+    results = run(args)
+  except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    return 130
+  print_table(results)
+  if args.out is not None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written: {args.out}", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

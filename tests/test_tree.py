@@ -1,0 +1,243 @@
+"""Multi-draft (tree) decoding: tree-shaped model calls equal chain calls, sequences are
+exact (and a deliberately wrong multi-draft rule fails the same test), greedy output
+equals plain greedy on T5 and the decoder-only model."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_lossless import batched_prompts, fits_per_prompt, make_pair
+
+from specsample import DraftTree, SamplingConfig, generate, speculative_generate
+from specsample.core.sampling import sample_from_probs
+from specsample.core.tree import TreeLayout, chain_slots, verify_tree_greedy
+from specsample.decoding import clear_compiled_programs, tree_loop
+from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+from specsample.models.t5 import T5
+from specsample.models.t5.config import T5Config
+
+ROWS_PER_PROMPT = 6000
+
+T5_CONFIG = T5Config(
+  vocab_size=40, d_model=32, num_heads=2, head_dim=16, mlp_dim=64,
+  num_encoder_layers=1, num_decoder_layers=2, eos_id=1,
+)  # fmt: skip
+DECODER_CONFIG = DecoderOnlyConfig(
+  vocab_size=48, d_model=32, num_heads=4, num_kv_heads=2, head_dim=8, mlp_dim=64,
+  num_layers=2, eos_id=2,
+)  # fmt: skip
+
+
+def test_layout_of_chains():
+  layout = TreeLayout.chains(2, 3, root=True)
+  assert layout.parents == (-1, 0, 0, 1, 2, 3, 4)
+  np.testing.assert_array_equal(layout.depths, [0, 1, 1, 2, 2, 3, 3])
+  assert layout.ancestors[5].tolist() == [True, True, False, True, False, True, False]
+  np.testing.assert_array_equal(chain_slots(2, 3), [[0, 1, 3, 5], [0, 2, 4, 6]])
+  assert layout.back(5, 1) == 3 and layout.back(5, 3) == 0 and layout.back(5, 5) == -2
+  with pytest.raises(ValueError, match="parent"):
+    TreeLayout((0,))
+
+
+def _models():
+  t5 = T5.init_random(T5_CONFIG, seed=0)
+  t5_prompts = jnp.array([[5, 6, 7, 1], [9, 10, 1, 0]], jnp.int32)
+  decoder = DecoderOnly.init_random(DECODER_CONFIG, seed=0)
+  window = DecoderOnly.init_random(DECODER_CONFIG.replace(sliding_window=3), seed=1)
+  decoder_prompts = jnp.array([[5, 6, 7, 8], [9, 10, 0, 0]], jnp.int32)
+  return [(t5, t5_prompts), (decoder, decoder_prompts), (window, decoder_prompts)]
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["t5", "decoder_only", "sliding_window"])
+def test_each_chain_of_a_tree_call_scores_like_a_plain_call(index):
+  """The logits of chain j inside one tree call equal an `extend` over that chain alone,
+  and after keep_path the cache continues as if only that chain had been extended."""
+  model, prompts = _models()[index]
+  lengths = jnp.array([4, 2], jnp.int32)
+  state, pending = model.init_state(prompts, lengths, 16)
+  chains = jnp.array([[[11, 12, 13], [14, 15, 16]], [[17, 18, 19], [20, 21, 22]]], jnp.int32)
+  layout = TreeLayout.chains(2, 3, root=True)
+  tokens = jnp.concatenate([pending[:, None], chains.transpose(0, 2, 1).reshape(2, -1)], 1)
+  tree_logits, tree_state = model.extend_tree(state, tokens, layout, 0)
+  slots = chain_slots(2, 3)
+  for j in range(2):
+    chain_tokens = jnp.concatenate([pending[:, None], chains[:, j]], 1)
+    plain, plain_state = model.extend(state, chain_tokens, jnp.array([4, 4]))
+    np.testing.assert_allclose(tree_logits[:, slots[j]], plain, atol=2e-5, rtol=1e-5)
+    kept = model.keep_path(
+      tree_state, jnp.broadcast_to(jnp.asarray(slots[j]), (2, 4)), jnp.array([3, 2])
+    )
+    next_tokens = jnp.array([[30, 31], [32, 33]], jnp.int32)
+    after_tree, _ = model.extend(kept, next_tokens, jnp.array([2, 2]))
+    after_plain, _ = model.extend(
+      model.rewind(plain_state, state.end_index + jnp.array([3, 2])), next_tokens, jnp.array([2, 2])
+    )
+    np.testing.assert_allclose(after_tree, after_plain, atol=2e-5, rtol=1e-5)
+
+
+def test_draft_side_tree_calls_continue_chains_written_earlier():
+  """A draft writes its chains one depth per call (start > 0): each depth's logits equal
+  the plain chain's."""
+  model = DecoderOnly.init_random(DECODER_CONFIG, seed=2)
+  state, pending = model.init_state(jnp.array([[5, 6, 7]], jnp.int32), jnp.array([3]), 16)
+  _, state = model.extend(state, pending[:, None], jnp.array([1]))
+  layout = TreeLayout.chains(2, 2, root=False)
+  chains = jnp.array([[[11, 12], [13, 14]]], jnp.int32)  # [batch, K, depth]
+  first, tree_state = model.extend_tree(state, chains[:, :, 0], layout, 0)
+  second, _ = model.extend_tree(tree_state, chains[:, :, 1], layout, 2)
+  for j in range(2):
+    plain, _ = model.extend(state, chains[:, j], jnp.array([2]))
+    np.testing.assert_allclose(first[:, j], plain[:, 0], atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(second[:, j], plain[:, 1], atol=2e-5, rtol=1e-5)
+
+
+CASES = [
+  # temperature, top_k, top_p, gamma, num_chains, max_new_tokens, order, eos_id
+  (1.0, 0, 1.0, 2, 2, 3, 1, None),
+  (0.5, 0, 1.0, 3, 3, 3, 1, None),
+  (1.5, 3, 1.0, 2, 4, 4, 1, None),
+  (1.0, 0, 0.8, 3, 2, 4, 2, 1),
+  (1.0, 4, 0.9, 1, 3, 3, 2, 1),
+]
+
+
+def _run(temperature, top_k, top_p, gamma, num_chains, max_new_tokens, order, eos_id):
+  target, draft = make_pair(seed=gamma + 10 * order, vocab=6, order=order, eos_id=eos_id)
+  sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+  out = speculative_generate(
+    target,
+    draft,
+    batched_prompts(ROWS_PER_PROMPT),
+    gamma=gamma,
+    max_new_tokens=max_new_tokens,
+    sampling=sampling,
+    seed=7,
+    tree=DraftTree(num_chains),
+  )
+  return target, sampling, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  "temperature,top_k,top_p,gamma,num_chains,max_new_tokens,order,eos_id", CASES
+)
+def test_tree_decoding_is_lossless(
+  temperature, top_k, top_p, gamma, num_chains, max_new_tokens, order, eos_id
+):
+  target, sampling, out = _run(
+    temperature, top_k, top_p, gamma, num_chains, max_new_tokens, order, eos_id
+  )
+  for result in fits_per_prompt(target, np.asarray(out.tokens), max_new_tokens, sampling):
+    assert result.ok, result
+  histogram = np.asarray(out.stats.accepted_histogram)
+  assert histogram[0] > 0 and histogram[1:].sum() > 0, histogram
+
+
+def _without_residual_updates(key, chain_tokens, draft_probs, target_probs):
+  """WRONG: tests every candidate against q itself (no residual after a rejection) and
+  draws the correction from the single-draft residual norm(max(0, q - p))."""
+  batch, num_chains, gamma = chain_tokens.shape
+  accept_key, sample_key = jax.random.split(key)
+  u = jax.random.uniform(accept_key, (batch, num_chains))
+  p, q = draft_probs[:, 0, 0], target_probs[:, 0, 0]
+  x = chain_tokens[:, :, 0]  # depth 1 only; a wrong rule needs no more
+  ratio = jnp.take_along_axis(q, x, 1) / jnp.take_along_axis(p, x, 1)
+  takes = u < ratio  # [batch, K]
+  any_take = jnp.any(takes, axis=1)
+  chain = jnp.argmax(takes, axis=1).astype(jnp.int32)
+  residual = jnp.maximum(q - p, 0.0)
+  bonus = jnp.take_along_axis(target_probs[:, :, 1], chain[:, None, None], 1)[:, 0]
+  y = sample_from_probs(sample_key, jnp.where(any_take[:, None], bonus, residual))
+  return any_take.astype(jnp.int32), chain, y
+
+
+@pytest.mark.slow
+def test_a_wrong_multi_draft_rule_fails_the_same_test(monkeypatch):
+  clear_compiled_programs(speculative_only=True)
+  monkeypatch.setattr(tree_loop, "verify_tree_sampling", _without_residual_updates)
+  try:
+    target, sampling, out = _run(1.0, 0, 1.0, 1, 3, 3, 1, None)
+  finally:
+    clear_compiled_programs(speculative_only=True)
+  fits = fits_per_prompt(target, np.asarray(out.tokens), 3, sampling)
+  assert not any(result.ok for result in fits), fits
+  assert max(result.p_value for result in fits) < 1e-6, fits
+
+
+def test_more_chains_accept_more_per_target_call():
+  """The point of trees: at the same depth, K i.i.d. chains give more tokens per call."""
+  target, draft = make_pair(seed=3, vocab=8, noise=1.5)
+  calls = {}
+  for chains in (None, 2, 4):
+    out = speculative_generate(
+      target, draft, batched_prompts(300), gamma=3, max_new_tokens=12, seed=3, tree=chains
+    )
+    calls[chains] = out.stats.tokens_per_target_call
+  assert calls[None] < calls[2] < calls[4], calls
+
+
+def test_greedy_tree_verdict_takes_the_longest_matching_chain():
+  chain_tokens = jnp.array([[[1, 2, 3], [1, 2, 4], [5, 0, 0]]])  # [1, K=3, gamma=3]
+  argmax = jnp.array([[[1, 2, 4, 7], [1, 2, 4, 6], [1, 2, 4, 6]]])  # target argmax per chain
+  scores = jax.nn.one_hot(argmax, 8)
+  n, chain, y = verify_tree_greedy(chain_tokens, scores)
+  assert (int(n[0]), int(chain[0]), int(y[0])) == (3, 1, 6)
+
+
+@pytest.mark.parametrize("family", ["t5", "decoder_only"])
+@pytest.mark.parametrize("num_chains", [2, 3])
+def test_greedy_tree_equals_plain_greedy(family, num_chains):
+  if family == "t5":
+    target = T5.init_random(T5_CONFIG, seed=0)
+    draft = T5.init_random(T5_CONFIG.replace(num_decoder_layers=1), seed=1)
+    prompts = [[5, 6, 7, 8, 1], [9, 10, 1], [11, 12, 13, 1], [3, 1]]
+  else:
+    target = DecoderOnly.init_random(DECODER_CONFIG, seed=0)
+    draft = DecoderOnly.init_random(DECODER_CONFIG.replace(num_layers=1), seed=3)
+    prompts = [[5, 6, 7], [9, 10, 11, 12, 13], [14]]
+  plain = generate(target, prompts, max_new_tokens=14, sampling=SamplingConfig(0.0))
+  spec = speculative_generate(
+    target,
+    draft,
+    prompts,
+    gamma=3,
+    max_new_tokens=14,
+    sampling=SamplingConfig(0.0),
+    tree=num_chains,
+  )
+  assert spec.sequences() == plain.sequences()
+
+
+def test_greedy_tree_with_a_good_draft_and_eos_inside_blocks():
+  target, draft = make_pair(seed=5, vocab=7, eos_id=1, noise=0.5)
+  prompts = batched_prompts(5)
+  plain = generate(target, prompts, max_new_tokens=10, sampling=SamplingConfig(0.0))
+  spec = speculative_generate(
+    target,
+    draft,
+    prompts,
+    gamma=4,
+    max_new_tokens=10,
+    sampling=SamplingConfig(0.0),
+    tree=2,
+    trace=True,
+  )
+  assert spec.sequences() == plain.sequences()
+  assert len({len(s) for s in plain.sequences()}) > 1
+  assert spec.stats.tokens_per_target_call > 1.5
+
+
+def test_tree_refusals():
+  target, draft = make_pair(seed=1, vocab=5)
+  with pytest.raises(ValueError, match="verification must be 'token'"):
+    speculative_generate(target, draft, [[1]], max_new_tokens=3, tree=2, verification="block")
+  with pytest.raises(ValueError, match="cannot be combined"):
+    speculative_generate(target, draft, [[1]], max_new_tokens=3, tree=2, adaptive=True)
+  with pytest.raises(ValueError, match="num_chains"):
+    DraftTree(1)
+  from specsample.models.ngram import NGramDraft
+
+  with pytest.raises(ValueError, match="extend_tree"):
+    speculative_generate(target, NGramDraft.for_target(target), [[1, 2]], max_new_tokens=3, tree=2)
