@@ -86,6 +86,18 @@ CASES = [
     lambda r, t: ["bench", "--pair", "ende", "--prompt-lookup", "--out", str(r / "b")],
     "--prompt-lookup is for decoder-only pairs",
   ),  # fmt: skip
+  (
+    lambda r, t: ["generate", *pair_args(r), "hi", "--adaptive", "--tree", "2"],
+    "cannot be combined",
+  ),
+  (
+    lambda r, t: ["generate", *pair_args(r), "hi", "--tree", "2", "--verification", "block"],
+    "--tree is verified by recursive rejection sampling",
+  ),  # fmt: skip
+  (
+    lambda r, t: ["generate", *pair_args(r), "--draft", "ngram", "--tree", "2", "hi"],
+    "has no extend_tree/keep_path",
+  ),  # fmt: skip
 ]
 
 

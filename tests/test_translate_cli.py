@@ -97,6 +97,28 @@ def test_generate_reads_checkpoints_and_an_input_file(bundle, capsys, tmp_path):
   assert "alpha" in captured.err and "speedup" not in captured.err
 
 
+@pytest.mark.parametrize("shape", [["--adaptive"], ["--adaptive", "0.8"], ["--tree", "2"]])
+def test_translate_with_adaptive_drafts_and_trees_stays_greedy_identical(bundle, capsys, shape):
+  argv = ["translate", "Could not open file %s", "--max-new-tokens", "12", "--repeats", "1"]
+  assert main([*argv, "--gamma", "4", *shape]) == 0
+  err = capsys.readouterr().err
+  assert "alpha" in err and "identical to the target's own greedy output: yes" in err
+
+
+def test_bench_sweeps_adaptive_drafts_and_trees(bundle, capsys, tmp_path):
+  out = tmp_path / "bench"
+  argv = [
+    "bench", "--input-file", str(SAMPLE), "--num-prompts", "2", "--gammas", "2",
+    "--rules", "token", "adaptive", "tree2", "--temperatures", "1", "--batch-sizes", "1",
+    "--max-new-tokens", "6", "--repeats", "1", "--out", str(out),
+  ]  # fmt: skip
+  assert main(argv) == 0
+  assert "| 1 | tree2 | 2 |" in capsys.readouterr().out
+  sweep = json.loads((out / "report.json").read_text())["sweep"]
+  assert [p["rule"] for p in sweep] == ["token", "adaptive", "tree2"]
+  assert all(p["tokens_per_target_call"] >= 1 and p["speculative_seconds"] > 0 for p in sweep)
+
+
 def test_bad_paths_and_a_missing_bundle_are_reported(capsys, tmp_path, monkeypatch):
   assert main(["generate", "--target", str(tmp_path), "--draft", str(tmp_path), "hi"]) == 2
   assert "not a T5X checkpoint" in capsys.readouterr().err

@@ -167,7 +167,7 @@ def plot(report: PairReport, directory: str | pathlib.Path, *, title: str = "") 
 
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for i, t in enumerate(settings.temperatures):
-    for rule, marker in (("token", "o"), ("block", "s")):
+    for rule, marker, linestyle in RULE_STYLES:
       points = [p for p in report.sweep if p.temperature == t and p.rule == rule]
       if not points:
         continue
@@ -177,7 +177,7 @@ def plot(report: PairReport, directory: str | pathlib.Path, *, title: str = "") 
         [p.speedup for p in points],
         marker=marker,
         color=color,
-        linestyle="-" if rule == "token" else ":",
+        linestyle=linestyle,
         label=f"measured, T={t:g}, {rule}",
       )
       if rule == "token":
@@ -229,6 +229,17 @@ def plot(report: PairReport, directory: str | pathlib.Path, *, title: str = "") 
     ax.legend(fontsize=8)
     written.append(_save(fig, directory / "batch_scaling.png"))
   return written
+
+
+# Sweep rules in the speedup plot: (rule, marker, line style).
+RULE_STYLES = (
+  ("token", "o", "-"),
+  ("block", "s", ":"),
+  ("adaptive", "^", "-."),
+  ("tree2", "D", "--"),
+  ("tree3", "v", "--"),
+  ("tree4", "P", "--"),
+)
 
 
 def _save(fig, path: pathlib.Path) -> str:

@@ -84,3 +84,14 @@ class LanguageModel(Protocol):
   def rewind(self, state: Any, end_index: jax.Array) -> Any:
     """Sets each row's end index (int32[batch]); O(1)."""
     ...
+
+  # Optional members, for multi-draft (tree) decoding (`speculative_generate(tree=K)`):
+  #   extend_tree(state, tokens int32[batch, k], layout: core.tree.TreeLayout, start: int)
+  #       -> (logits [batch, k, vocab], state): tokens are slots start..start+k-1 of the
+  #       layout, written at end_index + slot, at positions end_index + depth, each seeing
+  #       the committed prefix and the slots that are itself or its ancestors (slots
+  #       < start were written by earlier calls on the same end index). The end index
+  #       does not move.
+  #   keep_path(state, slots int32[batch, L], num_kept int32[batch]) -> state: moves the
+  #       entries of tree slots[b, j] to end_index + j and advances the end index by
+  #       num_kept (the accepted path becomes committed text; O(L) per layer).
