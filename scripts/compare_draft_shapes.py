@@ -8,9 +8,9 @@ Trees get the same verified-token budget as the chain: K chains of gamma / K tok
 gamma + 1 tokens per target call, as the chain of gamma does. Adaptive drafting gets the
 chain's gamma as its maximum. Greedy outputs are checked against plain greedy decoding.
 
-  python scripts/compare_draft_shapes.py --pair smollm2 --gamma 4 --chains 2 \
-      --num-prompts 8 --max-new-tokens 64 --out docs/bench/draft_shapes/smollm2.json
-  python scripts/compare_draft_shapes.py --pair ende --gamma 4 --chains 2 \
+  python scripts/compare_draft_shapes.py --pair smollm2 --gamma 4 --chains 2 4 \
+      --num-prompts 8 --stride 5 --max-new-tokens 64 --out docs/bench/draft_shapes/smollm2.json
+  python scripts/compare_draft_shapes.py --pair ende --gamma 4 --chains 2 4 \
       --out docs/bench/draft_shapes/ende.json
 """
 
@@ -28,42 +28,49 @@ from specsample.bench.pair import pad_to_width
 from specsample.bench.timing import time_calls
 
 
-def load(pair: str, num_prompts: int):
+def load(pair: str, num_prompts: int, stride: int):
   """(target, draft, prompts as token lists, description) of a bundled pair."""
   from specsample import bundled
 
   if pair == "ende":
     target, draft, vocabulary = bundled.load_pair()
     lines = (bundled.BUNDLE_DIR / "test.tsv").read_text().splitlines()
-    texts = [line.split("\t")[0] for line in lines if line.strip()][:num_prompts]
+    texts = [line.split("\t")[0] for line in lines if line.strip()][::stride][:num_prompts]
     return target, draft, [vocabulary.encode(bundled.TASK_PREFIX + t) for t in texts], "T5 ende"
   target, draft, tokenizer = bundled.load_smollm2_pair()
   records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]
   prompts = [
     tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}])
-    for r in records[:num_prompts]
+    for r in records[::stride][:num_prompts]
   ]
   return target, draft, prompts, "SmolLM2-135M-Instruct + bundled draft"
 
 
-def decoders(target, draft, gamma: int, chains: int, sampling: SamplingConfig, args):
+def decoders(target, draft, gamma: int, chains, sampling: SamplingConfig, args):
   """name -> speculative_generate keywords (None: plain decoding)."""
   common = dict(gamma=gamma, sampling=sampling, max_new_tokens=args.max_new_tokens)
   shapes = {"autoregressive": None, "chain_token": dict(common, verification="token")}
   if not sampling.is_greedy:
     shapes["chain_block"] = dict(common, verification="block")
   shapes["adaptive"] = dict(common, adaptive=AdaptiveDraft(threshold=args.threshold))
-  if gamma % chains == 0:
-    shapes[f"tree_{chains}x{gamma // chains}"] = dict(common, gamma=gamma // chains, tree=chains)
-  shapes[f"tree_{chains}x{gamma}"] = dict(common, tree=chains)
+  for k in chains:  # K chains of gamma / K tokens: the chain's verified-token budget
+    shapes[f"tree_{k}x{gamma // k}"] = dict(common, gamma=gamma // k, tree=k)
   return shapes
 
 
 def run(args) -> dict:
-  target, draft, prompts, description = load(args.pair, args.num_prompts)
+  target, draft, prompts, description = load(args.pair, args.num_prompts, args.stride)
   width = max(map(len, prompts))
   rows = [pad_to_width([p], width) for p in prompts]
-  results = {"pair": description, "prompts": len(prompts), "gamma": args.gamma, "runs": []}
+  results = {
+    "pair": description,
+    "prompts": len(prompts),
+    "prompt_stride": args.stride,
+    "max_new_tokens": args.max_new_tokens,
+    "repeats": args.repeats,
+    "gamma": args.gamma,
+    "runs": [],
+  }
   for temperature in args.temperatures:
     sampling = SamplingConfig(temperature=temperature)
     shapes = decoders(target, draft, args.gamma, args.chains, sampling, args)
@@ -125,14 +132,19 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--pair", choices=["ende", "smollm2"], default="smollm2")
   parser.add_argument("--gamma", type=int, default=4)
-  parser.add_argument("--chains", type=int, default=2)
+  parser.add_argument("--chains", type=int, nargs="+", default=[2, 4], help="K of each tree")
   parser.add_argument("--threshold", type=float, default=AdaptiveDraft.threshold)
   parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
   parser.add_argument("--num-prompts", type=int, default=8)
+  parser.add_argument(
+    "--stride", type=int, default=1, help="every N-th bundled prompt (5: a mix of tasks)"
+  )
   parser.add_argument("--max-new-tokens", type=int, default=64)
   parser.add_argument("--repeats", type=int, default=2)
   parser.add_argument("--out", type=pathlib.Path)
   args = parser.parse_args(argv)
+  if any(k < 2 or args.gamma % k for k in args.chains):
+    parser.error(f"every --chains K must be >= 2 and divide --gamma {args.gamma}")
   if args.out is not None and args.out.exists():
     parser.error(f"{args.out} exists; remove it first")
   try:

@@ -7,15 +7,10 @@ root and the earlier tokens of its own chain (`TreeLayout`, the static shape of 
 attention). The accepted path is a prefix of one chain; the caches keep only it.
 
 Rules:
-- `verify_tree_sampling`: recursive rejection sampling over the chains' children, for
-  K i.i.d. draft chains (SpecInfer's multi-round rule, Miao et al. 2023; the
-  with-replacement case of Jeon et al. 2024's recursive speculative decoding). At a node
-  with candidate children c_1..c_A (the next tokens of the chains still on the accepted
-  path, i.i.d. from p): accept c_k with probability min(1, r(c_k) / p(c_k)), with r = q at
-  the first candidate and r <- norm(max(0, r - p)) after each rejection; when all are
-  rejected the next token is drawn from r. After an acceptance, the chains whose token at
-  this depth equals the accepted one are the next node's candidates (their next tokens
-  are again i.i.d. from p given the path, whatever happened to other chains).
+- `verify_tree_sampling`: recursive rejection sampling over the chains' first tokens,
+  drawn without replacement from the draft (Jeon et al. 2024, "Recursive Speculative
+  Decoding"; the multi-round rule of SpecInfer, Miao et al. 2023, with replacement), then
+  token-wise verification along the accepted chain.
 - `verify_tree_greedy`: temperature 0; the chain with the longest prefix equal to the
   target's argmax along it (lowest index on ties), then the argmax after it.
 """
@@ -30,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample.core.sampling import argmax_tokens, sample_from_probs
+from specsample.core.verification import verify_tokenwise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +110,17 @@ def _at_chain(values: jax.Array, chain: jax.Array) -> jax.Array:
 def verify_tree_sampling(
   key: jax.Array, chain_tokens: jax.Array, draft_probs: jax.Array, target_probs: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Recursive rejection sampling over K i.i.d. draft chains.
+  """Recursive rejection sampling over K chains with distinct first tokens.
+
+  The chains' first tokens c_1..c_K are draws WITHOUT replacement from p_1 (Gumbel top-K),
+  so c_k given c_1..c_{k-1} follows p_1 restricted to the unseen tokens, renormalised:
+  p^k. With r^1 = q_1: accept c_k with probability min(1, r^k(c_k) / p^k(c_k)), else
+  r^{k+1} = norm(max(0, r^k - p^k)) and try the next; when all are rejected, the next
+  token is drawn from the last residual. (Drawing with replacement would waste chains
+  on repeats of the draft's favourite, which a residual never accepts twice.) The
+  accepted chain then continues alone, verified token-wise (core.verification) with
+  its own p and q. Candidates past the end of p_1's support (fewer than K tokens with
+  p_1 > 0) are never tried.
 
   Args:
     chain_tokens: int32[batch, K, gamma], x^j_1..x^j_gamma.
@@ -126,42 +132,39 @@ def verify_tree_sampling(
     next_token int32[batch]).
   """
   batch, num_chains, gamma = chain_tokens.shape
-  accept_key, sample_key = jax.random.split(key)
-  u = jax.random.uniform(accept_key, (batch, gamma, num_chains))
-  alive = jnp.ones((batch, num_chains), bool)  # chains on the accepted path
-  stopped = jnp.zeros((batch,), bool)  # a node rejected every candidate
-  n = jnp.zeros((batch,), jnp.int32)
-  final = target_probs[:, 0, 0]  # [batch, vocab]: what the next token is drawn from
-  for d in range(gamma):  # static
-    first = _first_true(alive)
-    p = _at_chain(draft_probs[:, :, d], first)  # [batch, vocab]: the node's draft distribution
-    residual = _at_chain(target_probs[:, :, d], first)  # [batch, vocab], starts at q
-    accepted = jnp.zeros((batch,), bool)
-    token = jnp.zeros((batch,), jnp.int32)
-    for k in range(num_chains):  # static
-      candidate = chain_tokens[:, k, d]
-      tries = alive[:, k] & ~accepted & ~stopped
-      p_x = jnp.take_along_axis(p, candidate[:, None], axis=1)[:, 0]
-      r_x = jnp.take_along_axis(residual, candidate[:, None], axis=1)[:, 0]
-      takes = tries & (u[:, d, k] * p_x < r_x)  # P = min(1, r(x) / p(x))
-      rejects = tries & ~takes
-      rest = jnp.maximum(residual - p, 0.0)
-      mass = jnp.sum(rest, axis=-1, keepdims=True)
-      rest = jnp.where(mass > 0, rest / jnp.where(mass > 0, mass, 1.0), residual)
-      residual = jnp.where(rejects[:, None], rest, residual)
-      token = jnp.where(takes, candidate, token)
-      accepted |= takes
-    node_open = ~stopped
-    final = jnp.where((node_open & ~accepted)[:, None], residual, final)
-    stopped |= node_open & ~accepted
-    n = n + (node_open & accepted)
-    alive = jnp.where(
-      (node_open & accepted)[:, None], alive & (chain_tokens[:, :, d] == token[:, None]), alive
-    )
-  chain = _first_true(alive)
-  bonus = _at_chain(target_probs[:, :, gamma], chain)
-  final = jnp.where(stopped[:, None], final, bonus)
-  return n, chain, sample_from_probs(sample_key, final)
+  first_key, rest_key, sample_key = jax.random.split(key, 3)
+  u = jax.random.uniform(first_key, (batch, num_chains))
+  unseen = draft_probs[:, 0, 0]  # [batch, vocab]: p_1's mass on tokens not yet tried
+  residual = target_probs[:, 0, 0]  # [batch, vocab]: r^1 = q_1
+  accepted = jnp.zeros((batch,), bool)
+  chain = jnp.zeros((batch,), jnp.int32)
+  for k in range(num_chains):  # static
+    candidate = chain_tokens[:, k, 0]  # [batch]
+    mass = jnp.sum(unseen, axis=-1, keepdims=True)  # [batch, 1]
+    p_k = unseen / jnp.where(mass > 0, mass, 1.0)  # p^k
+    p_x = jnp.take_along_axis(p_k, candidate[:, None], axis=1)[:, 0]
+    r_x = jnp.take_along_axis(residual, candidate[:, None], axis=1)[:, 0]
+    tries = ~accepted & (p_x > 0)
+    takes = tries & (u[:, k] * p_x < r_x)
+    rest = jnp.maximum(residual - p_k, 0.0)
+    rest_mass = jnp.sum(rest, axis=-1, keepdims=True)
+    rest = jnp.where(rest_mass > 0, rest / jnp.where(rest_mass > 0, rest_mass, 1.0), residual)
+    residual = jnp.where((tries & ~takes)[:, None], rest, residual)
+    chain = jnp.where(takes, k, chain)
+    accepted |= takes
+    unseen = unseen * (jnp.arange(unseen.shape[-1])[None, :] != candidate[:, None])
+
+  # The accepted chain's x_2..x_gamma, token-wise.  [batch, gamma - 1] and [..., vocab]
+  tokens = _at_chain(chain_tokens, chain)[:, 1:]
+  p_rest = _at_chain(draft_probs, chain)[:, 1:]
+  q_rest = _at_chain(target_probs, chain)[:, 1:]
+  if gamma > 1:
+    more, follow = verify_tokenwise(rest_key, tokens, p_rest, q_rest)
+  else:  # the chain is one token long: the bonus token follows it
+    more, follow = jnp.zeros((batch,), jnp.int32), sample_from_probs(rest_key, q_rest[:, 0])
+  n = jnp.where(accepted, 1 + more, 0)
+  next_token = jnp.where(accepted, follow, sample_from_probs(sample_key, residual))
+  return n, chain, next_token
 
 
 def verify_tree_greedy(

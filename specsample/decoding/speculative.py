@@ -300,9 +300,11 @@ def speculative_generate(
       each row stops after a token the draft is unsure of, with a per-row threshold its
       acceptance steers (`AdaptiveDraft`; True takes its defaults). Exact with every
       built-in rule; the target's call is as wide as the longest row's block.
-    tree: draft K chains of gamma tokens per row (`DraftTree`, or K as an int) and
-      verify them in one tree-shaped target call with recursive rejection sampling over
-      the chains (greedy: the draft's top-K first tokens, longest match wins); needs
+    tree: draft K chains of gamma tokens per row with distinct first tokens (`DraftTree`,
+      or K as an int) and verify them in one tree-shaped target call: recursive
+      rejection sampling over the first tokens (drawn without replacement), then
+      token-wise along the accepted chain (greedy: the draft's top-K first tokens,
+      longest match wins); needs
       models with `extend_tree` / `keep_path` (T5, DecoderOnly, MarkovLM). The trace
       records the chain the accepted path followed.
 

@@ -1,12 +1,14 @@
 """One speculative iteration with K draft chains verified as a token tree (core.tree).
 
-  1. Draft: catch up, then K chains of gamma tokens: sampling draws K i.i.d. chains
-     (K first tokens from p_1, then each chain on its own); greedy takes the draft's
-     top-K first tokens and continues each greedily (chain 0 is the plain greedy draft).
+  1. Draft: catch up, then K chains of gamma tokens with distinct first tokens: sampling
+     draws the K first tokens from p_1 without replacement (Gumbel top-K), then each
+     chain on its own; greedy takes the draft's top-K first tokens and continues each
+     greedily (chain 0 is the plain greedy draft).
      The draft runs each depth as ONE tree-shaped call over the K chains' tokens.
   2. Target: ONE tree-shaped call over [last, all K * gamma chain tokens].
-  3. Verify: recursive rejection sampling over the chains (greedy: the longest matching
-     chain), giving n, the chain the accepted path follows, and y.
+  3. Verify: recursive rejection sampling over the first tokens, then token-wise along
+     the accepted chain (greedy: the longest matching chain), giving n, the chain the
+     accepted path follows, and y.
   4. Commit x^chain_1..x^chain_n, y.
   5. Both caches keep only the accepted path (`keep_path`: its entries move to the end).
 
@@ -73,10 +75,13 @@ def _draft_chains(draft, s, active, key, *, gamma: int, num_chains: int, samplin
     tokens = jax.lax.top_k(first_logits, num_chains)[1].astype(jnp.int32)  # [batch, K]
     probs = [None]
   else:
-    first_probs = jnp.broadcast_to(
-      logits_to_probs(first_logits, sampling)[:, None], (batch, num_chains, vocab)
+    probs_1 = logits_to_probs(first_logits, sampling)  # [batch, vocab]
+    # K draws without replacement: the top K of log p + Gumbel noise (Gumbel top-k).
+    noisy = jnp.where(
+      probs_1 > 0, jnp.log(probs_1) + jax.random.gumbel(keys[0], probs_1.shape), -jnp.inf
     )
-    tokens, probs = sample_from_probs(keys[0], first_probs), [first_probs]
+    tokens = jax.lax.top_k(noisy, num_chains)[1].astype(jnp.int32)  # [batch, K], distinct
+    probs = [jnp.broadcast_to(probs_1[:, None], (batch, num_chains, vocab))]
   chains = [tokens]
   bad = [jnp.broadcast_to(nonfinite_logits(first_logits)[:, None], (batch, num_chains))]
   for depth in range(1, gamma):  # static: one K-token tree call per depth
