@@ -1,0 +1,127 @@
+"""Greedy speculative vs greedy plain decoding, token for token, per dtype and batch size.
+
+For each pair (the bundled T5 EN->DE and docstring pairs, SmolLM2-135M-Instruct with its
+bundled draft) and each dtype (float32, bfloat16), decodes the same prompts greedily with
+`generate` and with `speculative_generate` (batch 1, each prompt alone, and a batch of
+`--batch` rows), and counts the prompts whose outputs differ, where the first difference
+falls, and whether the plain output itself changed with the batch size. In bfloat16 a
+(gamma + 1)-token verify call and a one-token step sum in different orders, so a near-tie
+of the two best tokens can flip; this measures how often it does.
+
+  python scripts/measure_greedy_exactness.py --out docs/bench/greedy_exactness.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+from specsample import SamplingConfig, generate, speculative_generate
+from specsample.bench.pair import pad_to_width
+
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+def load(pair: str, dtype: str, num_prompts: int):
+  from specsample import bundled
+
+  if pair == "ende":
+    target, draft, vocabulary = bundled.load_pair(dtype=dtype)
+    lines = (bundled.BUNDLE_DIR / "test.tsv").read_text().splitlines()
+    texts = [line.split("\t")[0] for line in lines if line.strip()][:num_prompts]
+    return target, draft, [vocabulary.encode(bundled.TASK_PREFIX + text) for text in texts]
+  if pair == "docstrings":  # function source -> its docstring's first sentence
+    target, draft, vocabulary = bundled.load_pair(dtype=dtype, name=pair)
+    lines = (bundled.pair_dir(pair) / "test.jsonl").open()
+    texts = [json.loads(line)["code"] for line in lines][:num_prompts]
+    return target, draft, [vocabulary.encode("summarize: " + text) for text in texts]
+  target, draft, tokenizer = bundled.load_smollm2_pair(dtype=dtype)
+  records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]
+  return target, draft, [
+    tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}])
+    for r in records[:num_prompts]
+  ]
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+  for index, (x, y) in enumerate(zip(a, b, strict=False)):
+    if x != y:
+      return index
+  return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def decode(target, draft, prompts, gamma, max_new_tokens, batch):
+  """Plain and speculative greedy outputs, `batch` prompts per call, every call padded to
+  the longest prompt (one program per batch size)."""
+  width = max(map(len, prompts))
+  common = dict(max_new_tokens=max_new_tokens, sampling=GREEDY)
+  plain, spec = [], []
+  for start in range(0, len(prompts), batch):
+    chunk = prompts[start : start + batch]
+    chunk += [chunk[-1]] * (batch - len(chunk))  # a full last batch (extra rows dropped)
+    array, lengths = pad_to_width(chunk, width)
+    keep = min(batch, len(prompts) - start)
+    plain += generate(target, array, prompt_lengths=lengths, **common).sequences()[:keep]
+    spec += speculative_generate(
+      target, draft, array, prompt_lengths=lengths, gamma=gamma, **common
+    ).sequences()[:keep]
+  return plain, spec
+
+
+def measure(pair: str, dtype: str, args) -> dict:
+  target, draft, prompts = load(pair, dtype, args.num_prompts)
+  record = {"pair": pair, "dtype": dtype, "prompts": len(prompts), "gamma": args.gamma}
+  plains = {}
+  for batch in (1, args.batch):
+    plain, spec = decode(target, draft, prompts, args.gamma, args.max_new_tokens, batch)
+    plains[batch] = plain
+    firsts = [first_difference(p, s) for p, s in zip(plain, spec, strict=True)]
+    differing = [f for f in firsts if f is not None]
+    record[f"batch_{batch}"] = {
+      "differ": len(differing),
+      "first_difference_positions": differing,
+      "tokens_compared": sum(map(len, plain)),
+    }
+    print(
+      f"{pair:<10} {dtype:<9} batch {batch:>2}: {len(differing)}/{len(prompts)} prompts differ"
+      + (f" (first at tokens {differing})" if differing else ""),
+      flush=True,
+    )
+  moved = [first_difference(a, b) for a, b in zip(plains[1], plains[args.batch], strict=True)]
+  record["plain_batch_1_vs_batch_n_differ"] = sum(m is not None for m in moved)
+  return record
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--pairs", nargs="+", default=["ende", "docstrings", "smollm2"])
+  parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+  parser.add_argument("--num-prompts", type=int, default=32)
+  parser.add_argument("--max-new-tokens", type=int, default=48)
+  parser.add_argument("--gamma", type=int, default=4)
+  parser.add_argument("--batch", type=int, default=8)
+  parser.add_argument("--out", type=pathlib.Path)
+  args = parser.parse_args(argv)
+  if args.out is not None and args.out.exists():
+    parser.error(f"{args.out} exists; remove it first")
+  records = []
+  try:
+    for pair in args.pairs:
+      for dtype in args.dtypes:
+        records.append(measure(pair, dtype, args))
+  except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    return 130
+  finally:
+    if args.out is not None and records:
+      args.out.parent.mkdir(parents=True, exist_ok=True)
+      settings = {"max_new_tokens": args.max_new_tokens, "batch": args.batch}
+      args.out.write_text(json.dumps({"settings": settings, "runs": records}, indent=2) + "\n")
+      print(f"written: {args.out}", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
