@@ -97,7 +97,7 @@ def test_generate_reads_checkpoints_and_an_input_file(bundle, capsys, tmp_path):
   assert "alpha" in captured.err and "speedup" not in captured.err
 
 
-@pytest.mark.parametrize("shape", [["--adaptive"], ["--adaptive", "0.8"], ["--tree", "2"]])
+@pytest.mark.parametrize("shape", [["--adaptive", "0.8"], ["--tree", "2"]])
 def test_translate_with_adaptive_drafts_and_trees_stays_greedy_identical(bundle, capsys, shape):
   argv = ["translate", "Could not open file %s", "--max-new-tokens", "12", "--repeats", "1"]
   assert main([*argv, "--gamma", "4", *shape]) == 0

@@ -186,8 +186,7 @@ def test_greedy_tree_verdict_takes_the_longest_matching_chain():
   assert (int(n[0]), int(chain[0]), int(y[0])) == (3, 1, 6)
 
 
-@pytest.mark.parametrize("family", ["t5", "decoder_only"])
-@pytest.mark.parametrize("num_chains", [2, 3])
+@pytest.mark.parametrize("family,num_chains", [("t5", 2), ("decoder_only", 3)])
 def test_greedy_tree_equals_plain_greedy(family, num_chains):
   if family == "t5":
     target = T5.init_random(T5_CONFIG, seed=0)
