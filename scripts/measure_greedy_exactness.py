@@ -39,10 +39,14 @@ def load(pair: str, dtype: str, num_prompts: int):
     return target, draft, [vocabulary.encode("summarize: " + text) for text in texts]
   target, draft, tokenizer = bundled.load_smollm2_pair(dtype=dtype)
   records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]
-  return target, draft, [
-    tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}])
-    for r in records[:num_prompts]
-  ]
+  return (
+    target,
+    draft,
+    [
+      tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}])
+      for r in records[:num_prompts]
+    ],
+  )
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
