@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specsample.core.contract import LanguageModel
-from specsample.core.sampling import SamplingConfig, logits_to_probs, nonfinite_logits
+from specsample.core.sampling import SamplingConfig, logits_to_probs
 from specsample.core.verification import (
   VERIFICATION_RULES,
   VerificationRule,
@@ -34,7 +34,6 @@ from specsample.core.verification import (
   verify_greedy,
 )
 from specsample.decoding.adaptive import AdaptiveDraft
-from specsample.decoding.commit import commit
 from specsample.decoding.counters import LoopCounters
 from specsample.decoding.drafting import draft_adaptive_block, draft_fixed_block
 from specsample.decoding.inputs import (
@@ -45,6 +44,7 @@ from specsample.decoding.inputs import (
   prepare_prompts,
   prompt_pad_id,
 )
+from specsample.decoding.iteration import bad_logits_used, finish_iteration
 from specsample.decoding.outputs import GenerationOutput, SpeculativeTrace, raise_on_nonfinite
 from specsample.decoding.tree_loop import DraftTree, new_positions, supports_trees, tree_iteration
 
@@ -139,28 +139,14 @@ def _speculative_loop(
     else:
       q = logits_to_probs(target_logits, settings.sampling)
       n, y = verify(settings.rule, verify_key, x, p, q, m)
-    target_bad, draft_bad = _bad_logits_used(target_logits, block.bad, n, active)
+    target_bad, draft_bad = bad_logits_used(target_logits, block.bad, n, active)
 
-    # 4. Commit x_1..x_n, y (rows with bad logits commit nothing and stop).
-    offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
-    x_then_y = jnp.where(offsets == n[:, None], y[:, None], jnp.pad(x, ((0, 0), (0, 1))))
-    stopped = s.done | target_bad | draft_bad
-    tokens, lengths, done = commit(
-      s.tokens, s.lengths, stopped, x_then_y, n + 1, eos_id=target.eos_id
-    )
-
-    # 5. Rewind. The target keeps last, x_1..x_n (y is pending); the draft saw
-    #    x_1..x_{m-1}, so it keeps x_1..x_min(n, m-1) and owes y (and x_m).
-    all_accepted = n == m_or_gamma
+    # 4.-5. Commit x_1..x_n, y, and rewind: the target keeps last, x_1..x_n (y is
+    #    pending); the draft saw x_1..x_{m-1}, so it keeps x_1..x_min(n, m-1) and owes y
+    #    (and x_m).
     target_state = target.rewind(target_state, jnp.where(active, target_end + n + 1, target_end))
     draft_kept = draft_end + s.draft_num_pending + jnp.minimum(n, m_or_gamma - 1)
     draft_state = draft.rewind(block.state, jnp.where(active, draft_kept, draft_end))
-    x_m = jnp.take_along_axis(x, (m_or_gamma - 1)[:, None], axis=1)[:, 0]
-    pending_if_all = jnp.stack([x_m, y], axis=1)
-    pending_if_not = jnp.stack([y, jnp.full_like(y, target.pad_id)], axis=1)
-    new_pending = jnp.where(all_accepted[:, None], pending_if_all, pending_if_not)
-
-    counted = active & ~(target_bad | draft_bad)
     counters = s.counters.record(
       active=active,
       n=n,
@@ -171,19 +157,24 @@ def _speculative_loop(
     )
     thresholds = s.thresholds
     if settings.adaptive is not None:
-      thresholds = settings.adaptive.update(thresholds, last_accepted=all_accepted, counted=counted)
-    return s.replace(
+      thresholds = settings.adaptive.update(
+        thresholds, last_accepted=n == m_or_gamma, counted=active & ~(target_bad | draft_bad)
+      )
+    return finish_iteration(
+      s,
+      active=active,
+      x=x,
+      m=m_or_gamma,
+      n=n,
+      y=y,
+      target_bad=target_bad,
+      draft_bad=draft_bad,
+      eos_id=target.eos_id,
+      pad_id=target.pad_id,
       target_state=target_state,
       draft_state=draft_state,
-      last_token=jnp.where(active, y, s.last_token),
-      draft_pending=jnp.where(active[:, None], new_pending, s.draft_pending),
-      draft_num_pending=jnp.where(active, jnp.where(all_accepted, 2, 1), s.draft_num_pending),
-      tokens=tokens,
-      lengths=lengths,
-      done=done,
       key=key,
       counters=counters,
-      trace=_record_trace(s, x, m_or_gamma, n, y, counted=counted),
       thresholds=thresholds,
     )
 
@@ -219,31 +210,6 @@ def _score(target: LanguageModel, state, tokens: jax.Array, num_scored: jax.Arra
 
   widest = jnp.max(jnp.where(num_scored > 0, num_scored, 2))  # in 2..gamma + 1
   return jax.lax.switch(widest - 2, [scorer(k) for k in range(2, width + 1)], state)
-
-
-def _bad_logits_used(
-  target_logits: jax.Array, draft_bad: jax.Array, n: jax.Array, active: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-  """Rows whose verdict used NaN/inf logits: q_1..q_{n+1} and p_1..p_{n+1} (later
-  positions were never looked at).  -> (target_bad, draft_bad), bool[batch] each."""
-  gamma = draft_bad.shape[1]
-  offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
-  used = (offsets <= n[:, None]) & active[:, None]  # [batch, gamma + 1]
-  target_bad = jnp.any(nonfinite_logits(target_logits) & used, axis=1)
-  return target_bad, jnp.any(draft_bad & used[:, :gamma], axis=1)
-
-
-def _record_trace(s: SpeculativeLoopState, x, m, n, y, *, counted) -> SpeculativeTrace | None:
-  if s.trace is None:
-    return None
-  i = s.counters.target_calls
-  return s.trace.replace(
-    drafts=s.trace.drafts.at[i].set(x),
-    drafted=s.trace.drafted.at[i].set(m),
-    accepted=s.trace.accepted.at[i].set(n),
-    next_token=s.trace.next_token.at[i].set(y),
-    active=s.trace.active.at[i].set(counted),
-  )
 
 
 def _empty_trace(batch: int, settings: SpeculativeSettings) -> SpeculativeTrace:

@@ -31,8 +31,8 @@ from specsample.core.sampling import (
   sample_from_probs,
 )
 from specsample.core.tree import TreeLayout, chain_slots, verify_tree_greedy, verify_tree_sampling
-from specsample.decoding.commit import commit
 from specsample.decoding.drafting import catch_up
+from specsample.decoding.iteration import bad_logits_used, finish_iteration
 
 MAX_CHAINS = 16
 
@@ -128,21 +128,12 @@ def tree_iteration(target, draft, s, settings):
     n, chain, y = verify_tree_greedy(x, along)
   else:
     n, chain, y = verify_tree_sampling(verify_key, x, p, logits_to_probs(along, sampling))
-  offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
-  used = (offsets <= n[:, None]) & active[:, None]
-  target_bad = jnp.any(nonfinite_logits(_along(along, chain)) & used, axis=1)
-  draft_bad = jnp.any(_along(draft_bad, chain) & used[:, :gamma], axis=1)
+  x_chain = _along(x, chain)  # [batch, gamma]: the path the verdict followed
+  target_bad, draft_bad = bad_logits_used(_along(along, chain), _along(draft_bad, chain), n, active)
 
-  # 4. Commit x^chain_1..x^chain_n, y.
-  x_chain = _along(x, chain)  # [batch, gamma]
-  x_then_y = jnp.where(offsets == n[:, None], y[:, None], jnp.pad(x_chain, ((0, 0), (0, 1))))
-  stopped = s.done | target_bad | draft_bad
-  out_tokens, lengths, done = commit(
-    s.tokens, s.lengths, stopped, x_then_y, n + 1, eos_id=target.eos_id
-  )
-
-  # 5. Keep the accepted path: the target keeps last, x_1..x_n; the draft saw
-  #    x_1..x_{gamma-1} of every chain and keeps the chain's x_1..x_min(n, gamma-1).
+  # 4.-5. Commit x^chain_1..x^chain_n, y, and keep the accepted path: the target keeps
+  #    last, x_1..x_n; the draft saw x_1..x_{gamma-1} of every chain and keeps the
+  #    chain's x_1..x_min(n, gamma-1).
   target_slots = jnp.asarray(slots)[chain]  # [batch, gamma + 1]
   target_state = target.keep_path(target_state, target_slots, jnp.where(active, n + 1, 0))
   if gamma > 1:
@@ -150,12 +141,6 @@ def tree_iteration(target, draft, s, settings):
     draft_slots = depth_offsets[None, :] + chain[:, None]  # [batch, gamma - 1]
     kept = jnp.where(active, jnp.minimum(n, gamma - 1), 0)
     draft_state = draft.keep_path(draft_state, draft_slots, kept)
-  all_accepted = n == gamma
-  pending_if_all = jnp.stack([x_chain[:, -1], y], axis=1)
-  pending_if_not = jnp.stack([y, jnp.full_like(y, target.pad_id)], axis=1)
-  new_pending = jnp.where(all_accepted[:, None], pending_if_all, pending_if_not)
-
-  counted = active & ~(target_bad | draft_bad)
   counters = s.counters.record(
     active=active,
     n=n,
@@ -163,26 +148,19 @@ def tree_iteration(target, draft, s, settings):
     draft_bad=draft_bad,
     num_proposed=jnp.full((batch,), num_chains * gamma, jnp.int32),
   )
-  trace = s.trace
-  if trace is not None:
-    i = s.counters.target_calls
-    trace = trace.replace(
-      drafts=trace.drafts.at[i].set(x_chain),
-      drafted=trace.drafted.at[i].set(jnp.full((batch,), gamma, jnp.int32)),
-      accepted=trace.accepted.at[i].set(n),
-      next_token=trace.next_token.at[i].set(y),
-      active=trace.active.at[i].set(counted),
-    )
-  return s.replace(
+  return finish_iteration(
+    s,
+    active=active,
+    x=x_chain,
+    m=jnp.full((batch,), gamma, jnp.int32),
+    n=n,
+    y=y,
+    target_bad=target_bad,
+    draft_bad=draft_bad,
+    eos_id=target.eos_id,
+    pad_id=target.pad_id,
     target_state=target_state,
     draft_state=draft_state,
-    last_token=jnp.where(active, y, s.last_token),
-    draft_pending=jnp.where(active[:, None], new_pending, s.draft_pending),
-    draft_num_pending=jnp.where(active, jnp.where(all_accepted, 2, 1), s.draft_num_pending),
-    tokens=out_tokens,
-    lengths=lengths,
-    done=done,
     key=key,
     counters=counters,
-    trace=trace,
   )
