@@ -20,7 +20,7 @@ ALLOWED = {
   "decoding": {"core"},
   "models": {"core", "kernels"},
   "checkpoints": {"core", "kernels", "models"},
-  "scaling": {"core", "kernels", "models", "checkpoints"},
+  "scaling": {"core", "decoding", "kernels", "models", "checkpoints"},
   "data": set(),
   "train": {"core", "kernels", "models"},
   "bench": {"core", "decoding", "kernels", "models"},
