@@ -71,6 +71,10 @@ CASES = [
   ),  # fmt: skip
   (lambda r, t: ["generate", *pair_args(r), "hi", "--trace", str(t)], "exists; pass --overwrite"),
   (lambda r, t: ["generate", *pair_args(r), "hi", "--system", "be brief"], "--system needs"),
+  (
+    lambda r, t: ["generate", *pair_args(r), "hi", "--weights", "bfloat16", "--dtype", "bfloat16"],
+    "drop --dtype bfloat16",
+  ),  # fmt: skip
   (lambda r, t: ["bench", "--out", str(t)], "is a file, not a directory"),
   (lambda r, t: ["bench", "--target", str(r / "target")], "give both --target and --draft"),
   (lambda r, t: ["plan", "--target", "t5-99b"], "neither a preset"),

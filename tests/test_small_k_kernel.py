@@ -197,6 +197,40 @@ def test_matmul_matches_product_for_odd_shapes(x_shape, n, isa):
   _close(yt, x, w)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 9, 13, 17, 32])
+def test_bfloat16_weights_give_the_float32_product_of_the_widened_weights(rows, isa):
+  # bfloat16 weights stay bfloat16 (no widened copy in the program) and are widened in
+  # registers: the product equals, bit for bit, the kernel's float32 product of the same
+  # weights stored as float32. n = 2001 and d = 300: thread splits and tails.
+  rng = np.random.default_rng(100 + rows)
+  x = rng.standard_normal((rows, 300), np.float32)
+  w = jnp.asarray(rng.standard_normal((300, 2001), np.float32), jnp.bfloat16)
+  e = jnp.asarray(np.ascontiguousarray(np.asarray(w, np.float32).T), jnp.bfloat16)
+  for product, half in ((small_k.matmul, w), (small_k.matmul_transposed, e)):
+    hlo = _hlo(product, x, half)
+    assert "_bf16" in hlo and f"f32[{','.join(map(str, half.shape))}]" not in hlo
+    ours = _jit(product)(x, half)
+    np.testing.assert_array_equal(ours, _jit(product)(x, np.asarray(half, np.float32)))
+    _close(ours, x, np.asarray(w, np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_each_row_is_summed_as_if_it_were_alone(dtype, isa):
+  # Plain decoding multiplies one row per sequence, verification gamma + 1 rows per
+  # sequence: each row of a k-row product must equal that row multiplied alone, bit for
+  # bit, for every k, so that speculative greedy decoding sees the logits plain greedy
+  # decoding sees (as far as the products go).
+  rng = np.random.default_rng(7)
+  x = rng.standard_normal((small_k.MAX_ROWS_TRANSPOSED, 300), np.float32)
+  w = jnp.asarray(rng.standard_normal((300, 2001), np.float32), dtype)
+  e = jnp.asarray(rng.standard_normal((2001, 300), np.float32), dtype)
+  for product, weights in ((small_k.matmul, w), (small_k.matmul_transposed, e)):
+    function = _jit(product)
+    alone = np.concatenate([function(x[r : r + 1], weights) for r in range(len(x))])
+    for k in range(2, len(x) + 1):
+      np.testing.assert_array_equal(function(x[:k], weights), alone[:k], err_msg=f"k={k}")
+
+
 def test_products_the_kernel_does_not_take_go_to_xla(monkeypatch, isa):
   rng = np.random.default_rng(0)
   w = rng.standard_normal((64, 32), np.float32)

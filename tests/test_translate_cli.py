@@ -97,6 +97,19 @@ def test_generate_reads_checkpoints_and_an_input_file(bundle, capsys, tmp_path):
   assert "alpha" in captured.err and "speedup" not in captured.err
 
 
+def test_generate_with_bfloat16_weights_stays_greedy_identical(bundle, capsys):
+  code = main(
+    [
+      "generate",
+      "--target", str(bundle / "target"), "--draft", str(bundle / "draft"),
+      "--vocab", str(bundle / "spiece.model"), "--prefix", bundled.TASK_PREFIX,
+      "--weights", "bfloat16", "--max-new-tokens", "10", "--repeats", "1", "Open file",
+    ]
+  )  # fmt: skip
+  assert code == 0
+  assert "identical to the target's own greedy output: yes" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("shape", [["--adaptive", "0.8"], ["--tree", "2"]])
 def test_translate_with_adaptive_drafts_and_trees_stays_greedy_identical(bundle, capsys, shape):
   argv = ["translate", "Could not open file %s", "--max-new-tokens", "12", "--repeats", "1"]

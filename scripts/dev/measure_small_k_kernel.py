@@ -5,9 +5,11 @@ For each shape d x n and row count k: ms per product [k, d] x [d, n] (`matmul`) 
 XLA's product (SPECSAMPLE_MATMUL=xla), side by side in one run. Each program chains
 products with many different weight matrices (about 400 MB, more than the caches), so
 the weights come from memory as in a model's forward pass; runs are interleaved, medians.
+With --bfloat16, also the kernels on the same weights stored as bfloat16 (half the bytes).
 
   python scripts/dev/measure_small_k_kernel.py
   python scripts/dev/measure_small_k_kernel.py --shapes 2048x8192 --k 1 8 16
+  python scripts/dev/measure_small_k_kernel.py --shapes 576x1536 576x49152 --bfloat16
   SPECSAMPLE_SMALL_K_ISA=avx2 python scripts/dev/measure_small_k_kernel.py --all-rows --k 48 64
 """
 
@@ -55,6 +57,9 @@ def main() -> None:
     action="store_true",
     help="the kernels up to MAX_ROWS rows, also past this CPU's row limits (to set them)",
   )
+  parser.add_argument(
+    "--bfloat16", action="store_true", help="also the kernels with bfloat16 weights"
+  )
   args = parser.parse_args()
   if not small_k.kernel_available():
     raise SystemExit(f"the kernel is not available: {small_k.why_not_available()}")
@@ -66,8 +71,12 @@ def main() -> None:
     f"jax {jax.__version__}, {small_k.instruction_set()} kernels; ms per product, medians of "
     f"{args.repeats} interleaved runs"
   )
-  print("| d x n | k | kernel | XLA | ratio | transposed kernel | XLA transposed | ratio |")
-  print("|---|---|---|---|---|---|---|---|")
+  bf16_columns = " kernel bf16 | transposed kernel bf16 |" if args.bfloat16 else ""
+  print(
+    "| d x n | k | kernel | XLA | ratio | transposed kernel | XLA transposed | ratio |"
+    + bf16_columns
+  )
+  print("|---|---|---|---|---|---|---|---|" + "---|---|" * args.bfloat16)
   for shape in args.shapes:
     d, n = (int(v) for v in shape.split("x"))
     count = max(2, int(args.megabytes * 1e6 // (4 * d * n)))
@@ -87,6 +96,14 @@ def main() -> None:
           transposed,
         ),
       }
+      if args.bfloat16:
+        halves = [w.astype(jnp.bfloat16) for w in matrices]
+        halves_t = [e.astype(jnp.bfloat16) for e in transposed]
+        runs["kernel_bf16"] = (_traced_with("auto", _chain(small_k.matmul), x, halves), halves)
+        runs["kernel_t_bf16"] = (
+          _traced_with("auto", _chain(small_k.matmul_transposed), x, halves_t),
+          halves_t,
+        )
       seconds = {name: [] for name in runs}
       for _ in range(args.repeats):
         for name, (program, weights) in runs.items():
@@ -97,7 +114,8 @@ def main() -> None:
       print(
         f"| {d} x {n} | {k} | {ms['kernel']:.3f} | {ms['xla']:.3f} | "
         f"{ms['xla'] / ms['kernel']:.2f}x | {ms['kernel_t']:.3f} | {ms['xla_t']:.3f} | "
-        f"{ms['xla_t'] / ms['kernel_t']:.2f}x |",
+        f"{ms['xla_t'] / ms['kernel_t']:.2f}x |"
+        + (f" {ms['kernel_bf16']:.3f} | {ms['kernel_t_bf16']:.3f} |" if args.bfloat16 else ""),
         flush=True,
       )
       del runs

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from specsample.cli.options import UsageError, check_output_directory, check_tokenizer
+from specsample.cli.options import (
+  UsageError,
+  check_output_directory,
+  check_tokenizer,
+  compact_weights,
+)
 
 REPORT_FILES = (
   "report.json", "report.md", "speedup_vs_gamma.png", "acceptance_histogram.png",
@@ -106,6 +111,9 @@ def run_bench(args) -> int:
     texts = bench_inputs(args.input_file or default_prompts, args.num_prompts, args.tasks)
     args.prefix = args.prefix or ""
     prompts = encode_prompts(texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly))
+  target, draft = compact_weights(args, target, draft)
+  if args.weights != "float32" and not args.title:
+    title += f" ({args.weights} weights)"
   if args.pair != "ende":
     from specsample.cli.options import with_prompt_lookup
     from specsample.models.lookup_draft import LookupThenModel

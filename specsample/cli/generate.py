@@ -12,6 +12,7 @@ from specsample.cli.options import (
   UsageError,
   check_new_file,
   check_tokenizer,
+  compact_weights,
   decode_settings,
   load_draft,
   read_inputs,
@@ -142,6 +143,7 @@ def run_generate(args) -> int:
   else:
     target = load_model(target_path, dtype=args.dtype)
     draft = load_draft(draft_path, target, dtype=args.dtype)
+  target, draft = compact_weights(args, target, draft)
   tokenizer = load_tokenizer(args.tokenizer or target_path)
   if draft.vocab_size != target.vocab_size:
     raise UsageError(

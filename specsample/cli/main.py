@@ -49,7 +49,17 @@ def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> No
     "--no-prompt-lookup", dest="prompt_lookup", action="store_false",
     help="the draft model alone",
   )  # fmt: skip
-  parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+  parser.add_argument(
+    "--dtype", choices=["float32", "bfloat16"], default="float32",
+    help="the models' arithmetic and weights (bfloat16: for accelerators; on CPUs its "
+    "rounding changes greedy output)",
+  )  # fmt: skip
+  parser.add_argument(
+    "--weights", choices=["float32", "bfloat16"], default="float32",
+    help="bfloat16: weight matrices stored in bfloat16 (half the memory and the bytes read "
+    "per token), arithmetic in float32 (with --dtype float32); logits equal those of the "
+    "float32 model with the rounded weights",
+  )  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):

@@ -258,6 +258,23 @@ def check_tokenizer(tokenizer, model, role: str = "target") -> None:
     )
 
 
+def compact_weights(args, *models):
+  """The models with --weights applied (bfloat16 weight matrices, float32 arithmetic);
+  models without parameters (an n-gram draft) pass unchanged."""
+  if getattr(args, "weights", "float32") == "float32":
+    return models
+  if args.dtype != "float32":
+    raise UsageError(
+      f"--weights {args.weights} keeps the arithmetic in float32: drop --dtype {args.dtype}"
+    )
+  from specsample.models.weights import with_weight_dtype
+
+  return tuple(
+    with_weight_dtype(model, args.weights) if hasattr(model, "params") else model
+    for model in models
+  )
+
+
 def load_draft(spec: str, target, *, dtype: str):
   """--draft: a checkpoint, or "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
   if spec == "ngram" or spec.startswith("ngram:"):

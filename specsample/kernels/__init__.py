@@ -2,7 +2,8 @@
 
 - `small_k`: `matmul(x, w)` and `matmul_transposed(x, e)` for products with few rows
   (decoding and verification): XLA FFI kernels on CPUs with AVX-512 or AVX2 + FMA that
-  stream the weights at memory speed, XLA's own product everywhere else.
+  stream the weights at memory speed, XLA's own product everywhere else; `row_sums(x)`
+  for sums over the last axis that, like the products, do not depend on the row count.
 """
 
 from specsample.kernels.small_k import (
@@ -13,6 +14,7 @@ from specsample.kernels.small_k import (
   matmul,
   matmul_transposed,
   row_limit,
+  row_sums,
   supported_instruction_sets,
   uses_kernel,
   why_not_available,
@@ -26,6 +28,7 @@ __all__ = [
   "matmul",
   "matmul_transposed",
   "row_limit",
+  "row_sums",
   "supported_instruction_sets",
   "uses_kernel",
   "why_not_available",

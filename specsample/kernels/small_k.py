@@ -9,15 +9,20 @@ rate at 8 rows, so verifying 9 tokens cost 1.8x one token for a 223M-parameter T
 kernels of our own (`small_k_matmul.cc`, XLA FFI custom calls built at install time by
 setup.py), and everything else, and every other platform, to XLA's product.
 
-A kernel is used when all of these hold: the platform is CPU, x and the weights are
-float32, x has 1..`row_limit()` rows (all leading axes together; `row_limit(transposed=True)`
-for `matmul_transposed`; at most MAX_ROWS and MAX_ROWS_TRANSPOSED), the extension was built
-and the CPU has AVX-512 or AVX2 + FMA (`kernel_available()`; `why_not_available()` says
-what is missing, `instruction_set()` which kernels run), and the environment variable
-SPECSAMPLE_MATMUL is not "xla". The choice
-is made when a function is traced (jit keeps one trace per function: set the variable
+A kernel is used when all of these hold: the platform is CPU, x is float32 and the weights
+float32 or bfloat16 (bfloat16 weights stay bfloat16 in memory, half the bytes to stream,
+and are widened to float32 in registers: the product equals the float32 product of the
+widened weights bit for bit), x has 1..`row_limit()` rows (all leading axes together;
+`row_limit(transposed=True)` for `matmul_transposed`; at most MAX_ROWS and
+MAX_ROWS_TRANSPOSED), the extension was built and the CPU has AVX-512 or AVX2 + FMA
+(`kernel_available()`; `why_not_available()` says what is missing, `instruction_set()`
+which kernels run), and the environment variable SPECSAMPLE_MATMUL is not "xla". The
+choice is made when a function is traced (jit keeps one trace per function: set the variable
 before the first call). Results match XLA's product to float32 rounding (the sums are taken
 in another order), so greedy outputs can differ where two logits tie to within rounding.
+The kernels are row-count invariant: each row of the result is summed in the same order
+whatever the number of rows (and the batch) is, so a row multiplied alone, as in a plain
+decoding step, equals the same row in a verification call of gamma + 1 rows, bit for bit.
 
 The kernels exist for two instruction sets: AVX-512 (16-float vectors, "avx512f") and
 AVX2 + FMA (8-float vectors, "avx2"); the best the CPU has is used. The environment
@@ -50,6 +55,15 @@ MAX_ROWS = 64  # the most rows `matmul` takes the kernel with, on any CPU
 MAX_ROWS_TRANSPOSED = 32  # the same for `matmul_transposed`
 _TARGET = "specsample_small_k_matmul"
 _TARGET_TRANSPOSED = "specsample_small_k_matmul_transposed"
+_BF16 = "_bf16"  # the targets' suffix for bfloat16 weights
+# The FFI handler symbols of the extension for each target.
+_SYMBOLS = {
+  _TARGET: "SpecsampleSmallKMatmul",
+  _TARGET_TRANSPOSED: "SpecsampleSmallKMatmulTransposed",
+  _TARGET + _BF16: "SpecsampleSmallKMatmulBf16",
+  _TARGET_TRANSPOSED + _BF16: "SpecsampleSmallKMatmulTransposedBf16",
+}
+WEIGHT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))  # what the kernels take
 _EXTENSION = "specsample.kernels._small_k_matmul"
 ENV_VARIABLE = "SPECSAMPLE_MATMUL"  # "xla": never use the kernel
 ISA_VARIABLE = "SPECSAMPLE_SMALL_K_ISA"  # "avx2": the AVX2 kernels even on an AVX-512 CPU
@@ -81,6 +95,7 @@ def _load() -> _Loaded:
   try:
     cpu_bits = library.SpecsampleSmallKMatmulCpuIsas()
     use_isa = library.SpecsampleSmallKMatmulUseIsa
+    handlers = {target: getattr(library, symbol) for target, symbol in _SYMBOLS.items()}
   except AttributeError:  # built from older sources
     return _Loaded(None, f"the extension {spec.origin} is out of date (pip install -e . again)")
   cpu_isas = tuple(isa for isa, code in _ISA_CODES.items() if cpu_bits >> code & 1)
@@ -89,12 +104,8 @@ def _load() -> _Loaded:
     if not cpu_isas:
       return _Loaded(None, CPU_LACKS_ISA)
     return _Loaded(None, f"{ISA_VARIABLE}={requested}, which this CPU lacks", cpu_isas)
-  jax.ffi.register_ffi_target(
-    _TARGET, jax.ffi.pycapsule(library.SpecsampleSmallKMatmul), platform="cpu"
-  )
-  jax.ffi.register_ffi_target(
-    _TARGET_TRANSPOSED, jax.ffi.pycapsule(library.SpecsampleSmallKMatmulTransposed), platform="cpu"
-  )
+  for target, handler in handlers.items():
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform="cpu")
   isa = next(isa for isa, isa_code in _ISA_CODES.items() if isa_code == code)
   return _Loaded(isa, None, cpu_isas)
 
@@ -144,25 +155,31 @@ def uses_kernel(
   return (
     os.environ.get(ENV_VARIABLE, "auto") != "xla"
     and jnp.dtype(x_dtype) == jnp.float32
-    and jnp.dtype(w_dtype) == jnp.float32
+    and jnp.dtype(w_dtype) in WEIGHT_DTYPES
     and kernel_available()
     and 1 <= rows <= (row_limit(transposed=transposed) if max_rows is None else max_rows)
   )
 
 
 def _xla_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
-  return jnp.einsum("...i,io->...o", x, w)
+  return jnp.einsum("...i,io->...o", x, w.astype(x.dtype))
 
 
 def _xla_matmul_transposed(x: jax.Array, e: jax.Array) -> jax.Array:
-  return jnp.einsum("...i,oi->...o", x, e)
+  return jnp.einsum("...i,oi->...o", x, e.astype(x.dtype))
+
+
+def _target(name: str, weights: jax.Array) -> str:
+  return name + (_BF16 if weights.dtype == jnp.bfloat16 else "")
 
 
 @jax.custom_jvp
 def _kernel_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
   """[rows, d] x [d, n] -> [rows, n] through the FFI kernel on CPU, XLA elsewhere."""
   call = jax.ffi.ffi_call(
-    _TARGET, jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), jnp.float32), vmap_method="sequential"
+    _target(_TARGET, w),
+    jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), jnp.float32),
+    vmap_method="sequential",
   )
   return jax.lax.platform_dependent(x, w, cpu=call, default=_xla_matmul)
 
@@ -179,7 +196,7 @@ def _kernel_matmul_jvp(primals, tangents):
 def _kernel_matmul_transposed(x: jax.Array, e: jax.Array) -> jax.Array:
   """[rows, d] x [n, d] -> [rows, n] through the FFI kernel on CPU, XLA elsewhere."""
   call = jax.ffi.ffi_call(
-    _TARGET_TRANSPOSED,
+    _target(_TARGET_TRANSPOSED, e),
     jax.ShapeDtypeStruct((x.shape[0], e.shape[0]), jnp.float32),
     vmap_method="sequential",
   )
@@ -193,8 +210,43 @@ def _kernel_matmul_transposed_jvp(primals, tangents):
   return y, _xla_matmul_transposed(dx, e) + _xla_matmul_transposed(x, de)
 
 
+@jax.custom_jvp
+def _kernel_row_sums(x: jax.Array) -> jax.Array:
+  """[rows, d] -> [rows, 1]: x @ ones[d, 1] through the FFI kernel on CPU, jnp.sum elsewhere."""
+  call = jax.ffi.ffi_call(
+    _TARGET, jax.ShapeDtypeStruct((x.shape[0], 1), jnp.float32), vmap_method="sequential"
+  )
+  ones = jnp.ones((x.shape[1], 1), jnp.float32)
+  return jax.lax.platform_dependent(
+    x, ones, cpu=call, default=lambda x, _: jnp.sum(x, axis=-1, keepdims=True)
+  )
+
+
+@_kernel_row_sums.defjvp
+def _kernel_row_sums_jvp(primals, tangents):
+  return _kernel_row_sums(*primals), jnp.sum(tangents[0], axis=-1, keepdims=True)
+
+
+def row_sums(x: jax.Array) -> jax.Array:
+  """x summed over its last axis.  [..., d] -> [...], x's dtype.
+
+  Where the kernel takes x (float32, CPU, up to `row_limit()` rows) each row is summed in
+  order, whatever the number of rows, as the products are; XLA:CPU's reductions are not
+  row-count invariant (a [9, 576] sum and nine [1, 576] sums differ in the last bits).
+  Everywhere else, jnp.sum.
+  """
+  if not uses_kernel(x.shape, x.dtype, jnp.float32):
+    return jnp.sum(x, axis=-1)
+  rows = x.reshape(-1, x.shape[-1])  # [rows, d]
+  return _kernel_row_sums(rows).reshape(x.shape[:-1])
+
+
 def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
-  """x @ w over the last axis of x.  [..., d] x [d, n] -> [..., n], x's dtype."""
+  """x @ w over the last axis of x.  [..., d] x [d, n] -> [..., n], x's dtype.
+
+  w of another dtype is taken as x's dtype (float32 x with bfloat16 w: the kernel widens w
+  in registers; XLA's product, elsewhere, converts it).
+  """
   if w.ndim != 2 or x.shape[-1] != w.shape[0]:
     raise ValueError(f"matmul: expected x [..., d] and w [d, n], got {x.shape} and {w.shape}")
   if not uses_kernel(x.shape, x.dtype, w.dtype):
@@ -204,7 +256,8 @@ def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
 
 
 def matmul_transposed(x: jax.Array, e: jax.Array) -> jax.Array:
-  """x @ e.T over the last axis of x.  [..., d] x [n, d] -> [..., n], x's dtype.
+  """x @ e.T over the last axis of x.  [..., d] x [n, d] -> [..., n], x's dtype (e converted
+  as in `matmul`).
 
   For weights stored [out, in], such as a tied embedding used as the output layer: calling
   `matmul(x, e.T)` instead would copy e transposed on every call (the kernel reads its

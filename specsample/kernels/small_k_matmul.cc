@@ -2,6 +2,7 @@
 // called from specsample/kernels/small_k.py as custom calls:
 //   "specsample_small_k_matmul":            x f32 [k, d], w f32 [d, n] -> y f32 [k, n]
 //   "specsample_small_k_matmul_transposed": x f32 [k, d], e f32 [n, d] -> y f32 [k, n]
+// and the same with bfloat16 weights ("..._bf16": w bf16 [d, n], e bf16 [n, d]),
 // with 1 <= k <= kMaxRows, the work split over XLA's intra-op thread pool, and the kernels
 // of one instruction set: the best this CPU has, or the one small_k.py asks for
 // (SpecsampleSmallKMatmulUseIsa, from the environment variable SPECSAMPLE_SMALL_K_ISA).
@@ -14,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "small_k_matmul.h"
@@ -122,10 +124,13 @@ Tuning TuningFor(Isa isa, int64_t k, int64_t n) {
   return isa == Isa::kAvx512 ? avx512::DefaultTuning(k, n) : avx2::DefaultTuning(k, n);
 }
 
-// y [k, n] = x [k, d] @ w [d, n]. Part p sums rows [d * p / parts, d * (p + 1) / parts) of
-// w, part 0 into y, the others into buffers of their own, added into y at the end.
-ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
-                        ffi::ResultBuffer<ffi::F32> y) {
+// y [k, n] = x [k, d] @ w [d, n], w float32 (F32) or bfloat16 (BF16). Part p sums rows
+// [d * p / parts, d * (p + 1) / parts) of w, part 0 into y, the others into buffers of
+// their own, added into y at the end (in order of p: the same order for every k).
+template <ffi::DataType WeightType>
+ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                        ffi::Buffer<WeightType> w, ffi::ResultBuffer<ffi::F32> y) {
+  using W = std::conditional_t<WeightType == ffi::F32, float, Bf16>;
   const auto x_dims = x.dimensions();
   const auto w_dims = w.dimensions();
   if (x_dims.size() != 2 || w_dims.size() != 2 || x_dims[1] != w_dims[0]) {
@@ -135,7 +140,7 @@ ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
   const Isa isa = ActiveIsa().load(std::memory_order_relaxed);
   if (auto error = CheckRowsAndIsa("small_k_matmul", k, isa)) return *std::move(error);
   const float* xp = x.typed_data();
-  const float* wp = w.typed_data();
+  const W* wp = reinterpret_cast<const W*>(w.typed_data());
   float* yp = y->typed_data();
   const Tuning tuning = TuningFor(isa, k, n);
   const int64_t parts = PartsFor(pool, d * n, d);
@@ -157,10 +162,12 @@ ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
   return ffi::Error::Success();
 }
 
-// y [k, n] = x [k, d] @ e [n, d].T. Parts take contiguous runs of e's rows (and y's
-// columns), so no partial sums are needed.
+// y [k, n] = x [k, d] @ e [n, d].T, e float32 or bfloat16. Parts take contiguous runs of
+// e's rows (and y's columns), so no partial sums are needed.
+template <ffi::DataType WeightType>
 ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                                  ffi::Buffer<ffi::F32> e, ffi::ResultBuffer<ffi::F32> y) {
+                                  ffi::Buffer<WeightType> e, ffi::ResultBuffer<ffi::F32> y) {
+  using W = std::conditional_t<WeightType == ffi::F32, float, Bf16>;
   const auto x_dims = x.dimensions();
   const auto e_dims = e.dimensions();
   if (x_dims.size() != 2 || e_dims.size() != 2 || x_dims[1] != e_dims[1]) {
@@ -172,7 +179,7 @@ ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
     return *std::move(error);
   }
   const float* xp = x.typed_data();
-  const float* ep = e.typed_data();
+  const W* ep = reinterpret_cast<const W*>(e.typed_data());
   float* yp = y->typed_data();
   const int64_t prefetch_bytes = TuningFor(isa, k, n).prefetch_bytes;
   const int64_t parts = PartsFor(pool, d * n, n);
@@ -190,19 +197,32 @@ ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 }  // namespace
 }  // namespace specsample
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmul, specsample::SmallKMatmul,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmul, specsample::SmallKMatmul<ffi::F32>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmulTransposed,
-                              specsample::SmallKMatmulTransposed,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmulTransposed, specsample::SmallKMatmulTransposed<ffi::F32>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmulBf16, specsample::SmallKMatmul<ffi::BF16>,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmulTransposedBf16, specsample::SmallKMatmulTransposed<ffi::BF16>,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
 // The instruction sets this CPU can run the kernels with, as bits 1 << Isa (Isa::kAvx2 = 1,

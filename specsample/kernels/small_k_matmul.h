@@ -1,7 +1,10 @@
 // y = x @ w for a few rows of x: the matrix products of decoding and verification on CPUs.
 //
-// x: float32 [k, d] (k <= kMaxRows), w: float32 [d, n] (row-major, as Flax stores kernels),
-// y: float32 [k, n]. At small k each weight is used k times after it is loaded, so the
+// x: float32 [k, d] (k <= kMaxRows), w: float32 or bfloat16 [d, n] (row-major, as Flax
+// stores kernels), y: float32 [k, n]. bfloat16 weights stay bfloat16 in memory (half the
+// bytes to stream) and are widened to float32 in registers, which is exact; the sums are
+// float32 either way, in the same order, so a bfloat16 product equals the float32 product
+// of the same (widened) weights bit for bit. At small k each weight is used k times after it is loaded, so the
 // product is as fast as the weights can be streamed from memory, if (1) the weights are read
 // in the order they lie in memory, (2) loads are issued far enough ahead to hide memory
 // latency, and (3) the k x L*C running sums (vectors of L floats) stay in registers while
@@ -11,6 +14,12 @@
 //
 // Work is split over threads by rows of w (each thread streams a contiguous part of it);
 // each thread sums into its own [k, n] buffer, added up at the end.
+//
+// Row-count invariance: each row of y is summed in an order that does not depend on how
+// many rows x has (the split over threads depends only on d, n and the pool), so the rows
+// of a k-row product equal the same rows multiplied alone, bit for bit. Decoding multiplies
+// one row per sequence and verification gamma + 1: with this, a verified position's logits
+// equal the ones a plain decoding step computes, as far as the products go.
 //
 // The kernels are written once, in small_k_matmul_simd.h, against vectors of L floats
 // (Lanes<L> below), and compiled twice: in namespace avx512 (L = 16, 32 registers, target
@@ -32,8 +41,25 @@ namespace specsample {
 
 constexpr int64_t kMaxRows = 64;  // rows of x the kernels take
 
+// The transposed kernel with more than one row of x takes e in blocks of about this many
+// bytes (a multiple of kEmbeddingBlockRows rows), which stay cached while each row of x
+// takes the block in turn.
+constexpr int64_t kEmbeddingBlockBytes = 64 << 10;
+constexpr int64_t kEmbeddingBlockRows = 8;
+
 // The instruction sets the kernels are compiled for (the numbers are small_k.py's too).
 enum class Isa : int { kNone = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// A bfloat16 number as XLA passes it: the upper 16 bits of a float32.
+using Bf16 = uint16_t;
+
+inline float Widen(float a) { return a; }
+inline float Widen(Bf16 a) {
+  const uint32_t bits = static_cast<uint32_t>(a) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
 
 struct Tuning {
   int64_t strip_rows;      // rows of w consumed between loads/stores of the running sums
@@ -61,6 +87,10 @@ struct Lanes<16> {
   SPECSAMPLE_LANES_OP V Broadcast(float a) { return _mm512_set1_ps(a); }
   SPECSAMPLE_LANES_OP V Load(const float* p) { return _mm512_loadu_ps(p); }
   SPECSAMPLE_LANES_OP V Load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  SPECSAMPLE_LANES_OP V Load(const Bf16* p) {  // 16 bfloat16 numbers widened to float32
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
   SPECSAMPLE_LANES_OP void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
   SPECSAMPLE_LANES_OP void Store(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
   SPECSAMPLE_LANES_OP V Add(V a, V b) { return _mm512_add_ps(a, b); }
@@ -83,6 +113,10 @@ struct Lanes<8> {
   SPECSAMPLE_LANES_OP V Broadcast(float a) { return _mm256_set1_ps(a); }
   SPECSAMPLE_LANES_OP V Load(const float* p) { return _mm256_loadu_ps(p); }
   SPECSAMPLE_LANES_OP V Load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
+  SPECSAMPLE_LANES_OP V Load(const Bf16* p) {  // 8 bfloat16 numbers widened to float32
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
   SPECSAMPLE_LANES_OP void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
   SPECSAMPLE_LANES_OP void Store(float* p, Mask m, V v) { _mm256_maskstore_ps(p, m, v); }
   SPECSAMPLE_LANES_OP V Add(V a, V b) { return _mm256_add_ps(a, b); }
@@ -98,8 +132,8 @@ struct Lanes<8> {
 // ---------------------------------------------------------------------------------------
 // The kernels for each instruction set: what differs is the vector width (Vec), how many
 // rows of x share a strip of w (kRowsPerStripGroup), how many vectors of sums each row
-// keeps in registers (VectorsPerRow), the blocking of the transposed kernels (kDotRows,
-// kDotVectors, kBroadcastSteps) and the tuning; small_k_matmul_simd.h has the code, which
+// keeps in registers (VectorsPerRow), the tiles of the transposed kernel (kTileRows,
+// TileColumns) and the tuning; small_k_matmul_simd.h has the code, which
 // defines PartialProduct and EmbeddingProduct in each namespace.
 namespace avx512 {
 
@@ -117,11 +151,14 @@ constexpr int VectorsPerRow() {
   return R <= 2 ? 8 : R <= 3 ? 6 : R <= 5 ? 4 : 3;
 }
 
-// The transposed kernels as measured on Zen 4: one row of x takes 8 rows of e at a time,
-// one vector of sums each; more rows take one element of each row of e per step of
-// BroadcastRows (each multiply-add takes its broadcast straight from memory).
-constexpr int kDotRows = 8, kDotVectors = 1;
-constexpr int kBroadcastSteps = 1;
+// Tiles of the transposed kernel: R rows of x by TileColumns<R>() rows of e, one vector of
+// sums per pair. Registers needed: R * J + R + 1 <= 32.
+constexpr int64_t kTileRows = 4;
+template <int R>
+constexpr int TileColumns() {
+  static_assert(R >= 1 && R <= kTileRows, "more rows go in groups");
+  return R <= 2 ? 8 : R <= 3 ? 7 : 6;
+}
 
 inline Tuning DefaultTuning(int64_t k, int64_t /*n*/) {
   // Measured on AMD Zen 4 (2 cores) with [k, 2048] x [2048, 8192]: one row wants short
@@ -156,13 +193,14 @@ constexpr int VectorsPerRow() {
   return R <= 1 ? 7 : R <= 2 ? 5 : R <= 4 ? 3 : 2;
 }
 
-// The transposed kernels, measured on Zen 3: one row of x takes one row of e at a time, in
-// 8 vectors of sums (the row streamed in memory order: 1.1-1.2x faster than 8 rows of one
-// vector each); more rows take 4 elements of each row of e per step of BroadcastRows, so
-// that its 12 row pointers (which crowd the 16 general registers) move once per 4
-// multiply-adds (1.15-1.25x faster than 1).
-constexpr int kDotRows = 1, kDotVectors = 8;
-constexpr int kBroadcastSteps = 4;
+// Tiles of the transposed kernel: R rows of x by TileColumns<R>() rows of e, one vector of
+// sums per pair. Registers needed: R * J + R + 1 <= 16.
+constexpr int64_t kTileRows = 3;
+template <int R>
+constexpr int TileColumns() {
+  static_assert(R >= 1 && R <= kTileRows, "more rows go in groups");
+  return R <= 1 ? 8 : R <= 2 ? 5 : 4;
+}
 
 inline Tuning DefaultTuning(int64_t k, int64_t n) {
   // Measured on AMD Zen 3 (2 cores, AVX2) with SmolLM2's [576, 1536], [1536, 576] and

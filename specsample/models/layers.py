@@ -20,13 +20,20 @@ MASK_BIAS = -1e10  # additive bias of masked attention positions (T5X's value)
 
 def dense(x: jax.Array, kernel: jax.Array) -> jax.Array:
   """x @ kernel over the last axis.  [..., in] x [in, out] -> [..., out]."""
-  return small_k.matmul(x, kernel.astype(x.dtype))
+  return small_k.matmul(x, kernel)
 
 
 def dense_transposed(x: jax.Array, kernel_t: jax.Array) -> jax.Array:
   """x @ kernel_t.T, for weights stored [out, in] (a tied embedding as the output layer).
   [..., in] x [out, in] -> [..., out]; `dense(x, kernel_t.T)` would copy the transpose."""
-  return small_k.matmul_transposed(x, kernel_t.astype(x.dtype))
+  return small_k.matmul_transposed(x, kernel_t)
+
+
+def lookup(embedder: nn.Embed, tokens: jax.Array, dtype) -> jax.Array:
+  """The embedding rows of tokens int32[...] -> [..., features] in dtype. Unlike calling
+  the nn.Embed, which converts its whole table to its dtype first (a float32 copy of a
+  bfloat16 table per call), only the rows taken are converted."""
+  return jnp.take(embedder.embedding, tokens, axis=0).astype(dtype)
 
 
 def mask_bias(allowed: jax.Array) -> jax.Array:
@@ -90,7 +97,11 @@ class RMSNorm(nn.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.dtype)
     x32 = x.astype(jnp.float32)
-    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.epsilon)
+    # The mean square through small_k.row_sums: on CPU each row's sum is taken in the same
+    # order whatever the number of rows, so a verified position is normalized exactly as a
+    # plain decoding step would normalize it.
+    mean_square = small_k.row_sums(x32 * x32)[..., None] / x.shape[-1]
+    x32 = x32 * jax.lax.rsqrt(mean_square + self.epsilon)
     return (x32 * scale.astype(jnp.float32)).astype(self.dtype)
 
 

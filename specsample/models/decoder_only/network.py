@@ -16,7 +16,14 @@ import jax
 import jax.numpy as jnp
 
 from specsample.models.decoder_only.config import DecoderOnlyConfig
-from specsample.models.layers import Projection, RMSNorm, dense_transposed, mask_bias, write_at
+from specsample.models.layers import (
+  Projection,
+  RMSNorm,
+  dense_transposed,
+  lookup,
+  mask_bias,
+  write_at,
+)
 
 # Per layer: (keys, values), each [batch, capacity, kv_heads, head_dim].
 KeysValues = tuple[jax.Array, jax.Array]
@@ -125,7 +132,7 @@ class DecoderOnlyNetwork(nn.Module):
     """
     if allowed is None:
       allowed = attention_mask(positions, caches[0][0].shape[1], self.config.sliding_window)
-    x = self.embed(tokens)
+    x = lookup(self.embed, tokens, jnp.dtype(self.config.dtype))
     new_caches = []
     for block, cache in zip(self.blocks, caches, strict=True):
       x, cache = block(x, positions, cache, end_index, allowed)

@@ -14,7 +14,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specsample.models.layers import Projection, RMSNorm, dense_transposed, mask_bias, write_at
+from specsample.models.layers import (
+  Projection,
+  RMSNorm,
+  dense_transposed,
+  lookup,
+  mask_bias,
+  write_at,
+)
 from specsample.models.t5.config import T5Config
 from specsample.models.t5.layers import MLP, Attention, RelativePositionBias
 
@@ -142,7 +149,7 @@ class Decoder(nn.Module):
     token sees, allowed bool[batch, k, length]; by default entry i is at position i and
     tokens see the entries at or before their own position.
     """
-    x = self.embedder(tokens)  # [batch, k, d_model]
+    x = lookup(self.embedder, tokens, jnp.dtype(self.config.dtype))  # [batch, k, d_model]
     key_length = tokens.shape[1] if caches is None else caches[0][0].shape[1]
     if key_positions is None:
       key_positions = jnp.arange(key_length, dtype=jnp.int32)
@@ -182,7 +189,8 @@ class T5Network(nn.Module):
 
   def encode(self, tokens: jax.Array, valid: jax.Array) -> jax.Array:
     """tokens int32[batch, length], valid bool[batch, length] -> [batch, length, d_model]."""
-    return self.encoder(self.token_embedder(tokens), valid)
+    embedded = lookup(self.token_embedder, tokens, jnp.dtype(self.config.dtype))
+    return self.encoder(embedded, valid)
 
   def cross_keys_values(self, encoded: jax.Array) -> tuple[KeysValues, ...]:
     return self.decoder.cross_keys_values(encoded)

@@ -1,0 +1,55 @@
+"""Compact weights: a model's weight matrices stored in bfloat16, its arithmetic in float32.
+
+`with_weight_dtype(model, "bfloat16")` keeps every weight matrix (the parameters with two
+or more axes: embeddings, projections, output layers, T5's relative-position tables) in
+bfloat16 and leaves the rest (norm scales, biases, index tables) as they are. The model's
+config keeps dtype "float32", so activations, caches and sums stay float32: on a CPU the
+small-k kernel reads the bfloat16 weights (half the bytes per decoded token) and widens
+them in registers, which is exact, so the logits equal, bit for bit, those of the same
+model with the widened weights stored as float32 (elsewhere XLA converts each weight
+before its product). This is not the "bfloat16" dtype of a config (bfloat16 activations,
+as on TPUs), whose rounding makes speculative greedy output differ from plain greedy
+output (docs/accelerators.md).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+WEIGHT_DTYPES = ("float32", "bfloat16")
+
+
+def _is_weight_matrix(leaf) -> bool:
+  return leaf.ndim >= 2 and jnp.issubdtype(leaf.dtype, jnp.floating)
+
+
+def with_weight_dtype(model, dtype: str):
+  """The model (T5, DecoderOnly: any with `params` and a float32 `config.dtype`) with its
+  weight matrices cast to `dtype` ("float32" or "bfloat16")."""
+  if dtype not in WEIGHT_DTYPES:
+    raise ValueError(f"weight dtype must be one of {WEIGHT_DTYPES}, got {dtype!r}")
+  compute = getattr(model.config, "dtype", "float32")
+  if compute != "float32":
+    raise ValueError(
+      f"compact weights need a float32 model (its arithmetic), got dtype {compute!r}; load "
+      "the model in float32 and pass the weight dtype"
+    )
+  target = jnp.dtype(dtype)
+  params = jax.tree.map(
+    lambda leaf: leaf.astype(target) if _is_weight_matrix(leaf) else leaf, model.params
+  )
+  return model.replace(params=params)
+
+
+def weight_dtype(model) -> str:
+  """The dtype of the model's weight matrices ("float32", "bfloat16", ...)."""
+  dtypes = {str(leaf.dtype) for leaf in jax.tree.leaves(model.params) if _is_weight_matrix(leaf)}
+  if len(dtypes) != 1:
+    raise ValueError(f"the model's weight matrices have mixed dtypes {sorted(dtypes)}")
+  return dtypes.pop()
+
+
+def weight_bytes(model) -> int:
+  """Bytes of all the model's parameters as stored (what a decoding step streams, about)."""
+  return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(model.params))
