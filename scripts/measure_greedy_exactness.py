@@ -1,14 +1,17 @@
 """Greedy speculative vs greedy plain decoding, token for token, per dtype and batch size.
 
 For each pair (the bundled T5 EN->DE and docstring pairs, SmolLM2-135M-Instruct with its
-bundled draft) and each dtype (float32, bfloat16), decodes the same prompts greedily with
-`generate` and with `speculative_generate` (batch 1, each prompt alone, and a batch of
-`--batch` rows), and counts the prompts whose outputs differ, where the first difference
+bundled draft) and each dtype (float32, bfloat16, and bfloat16-weights: bfloat16 weight
+matrices with float32 arithmetic, `specsample.models.weights`), decodes the same prompts
+greedily with `generate` and with `speculative_generate` (batch 1, each prompt alone, and a
+batch of `--batch` rows), and counts the prompts whose outputs differ, where the first difference
 falls, and whether the plain output itself changed with the batch size. In bfloat16 a
 (gamma + 1)-token verify call and a one-token step sum in different orders, so a near-tie
 of the two best tokens can flip; this measures how often it does.
 
   python scripts/measure_greedy_exactness.py --out docs/bench/greedy_exactness.json
+  python scripts/measure_greedy_exactness.py --dtypes bfloat16-weights --pairs ende docstrings \
+    --out docs/bench/greedy_exactness_bf16_weights.json
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ GREEDY = SamplingConfig(temperature=0.0)
 
 
 def load(pair: str, dtype: str, num_prompts: int):
+  if dtype == "bfloat16-weights":
+    from specsample.models.weights import with_weight_dtype
+
+    target, draft, prompts = load(pair, "float32", num_prompts)
+    return with_weight_dtype(target, "bfloat16"), with_weight_dtype(draft, "bfloat16"), prompts
   from specsample import bundled
 
   if pair == "ende":
@@ -101,7 +109,12 @@ def measure(pair: str, dtype: str, args) -> dict:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--pairs", nargs="+", default=["ende", "docstrings", "smollm2"])
-  parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+  parser.add_argument(
+    "--dtypes",
+    nargs="+",
+    choices=["float32", "bfloat16", "bfloat16-weights"],
+    default=["float32", "bfloat16", "bfloat16-weights"],
+  )
   parser.add_argument("--num-prompts", type=int, default=32)
   parser.add_argument("--max-new-tokens", type=int, default=48)
   parser.add_argument("--gamma", type=int, default=4)
