@@ -229,6 +229,13 @@ def test_each_row_is_summed_as_if_it_were_alone(dtype, isa):
     alone = np.concatenate([function(x[r : r + 1], weights) for r in range(len(x))])
     for k in range(2, len(x) + 1):
       np.testing.assert_array_equal(function(x[:k], weights), alone[:k], err_msg=f"k={k}")
+  # The norms' sums too (RMSNorm's mean square goes through small_k.row_sums).
+  sums = _jit(small_k.row_sums)
+  assert "specsample_small_k_matmul" in _hlo(small_k.row_sums, x)
+  alone = np.concatenate([sums(x[r : r + 1]) for r in range(len(x))])
+  np.testing.assert_allclose(alone, x.astype(np.float64).sum(-1), rtol=1e-5, atol=1e-4)
+  for k in range(2, len(x) + 1):
+    np.testing.assert_array_equal(sums(x[:k]), alone[:k], err_msg=f"row sums, k={k}")
 
 
 def test_products_the_kernel_does_not_take_go_to_xla(monkeypatch, isa):

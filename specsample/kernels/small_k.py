@@ -21,8 +21,9 @@ choice is made when a function is traced (jit keeps one trace per function: set 
 before the first call). Results match XLA's product to float32 rounding (the sums are taken
 in another order), so greedy outputs can differ where two logits tie to within rounding.
 The kernels are row-count invariant: each row of the result is summed in the same order
-whatever the number of rows (and the batch) is, so a row multiplied alone, as in a plain
-decoding step, equals the same row in a verification call of gamma + 1 rows, bit for bit.
+whatever the number of rows (and the batch) is, within the row limits, so a row
+multiplied alone, as in a plain decoding step, equals the same row in a verification call
+of gamma + 1 rows, bit for bit.
 
 The kernels exist for two instruction sets: AVX-512 (16-float vectors, "avx512f") and
 AVX2 + FMA (8-float vectors, "avx2"); the best the CPU has is used. The environment
