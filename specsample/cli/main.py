@@ -21,7 +21,13 @@ import dataclasses
 import sys
 
 from specsample.bench.pair import BENCH_RULES
-from specsample.cli.options import add_decoding_options, int_list, positive_int, seed_value
+from specsample.cli.options import (
+  add_decoding_options,
+  check_weights_option,
+  int_list,
+  positive_int,
+  seed_value,
+)
 
 
 def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -200,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
   args = _parser().parse_args(argv)
   try:
+    check_weights_option(args)
     return _runner(args.command)(args)
   except KeyboardInterrupt:
     print(f"specsample {args.command}: interrupted", file=sys.stderr)

@@ -258,15 +258,21 @@ def check_tokenizer(tokenizer, model, role: str = "target") -> None:
     )
 
 
+def check_weights_option(args) -> None:
+  """--weights other than float32 keeps the arithmetic in float32: refused with another
+  --dtype (checked before anything is loaded)."""
+  weights = getattr(args, "weights", "float32")
+  if weights != "float32" and args.dtype != "float32":
+    raise UsageError(
+      f"--weights {weights} keeps the arithmetic in float32: drop --dtype {args.dtype}"
+    )
+
+
 def compact_weights(args, *models):
   """The models with --weights applied (bfloat16 weight matrices, float32 arithmetic);
   models without parameters (an n-gram draft) pass unchanged."""
   if getattr(args, "weights", "float32") == "float32":
     return models
-  if args.dtype != "float32":
-    raise UsageError(
-      f"--weights {args.weights} keeps the arithmetic in float32: drop --dtype {args.dtype}"
-    )
   from specsample.models.weights import with_weight_dtype
 
   return tuple(

@@ -124,13 +124,17 @@ Tuning TuningFor(Isa isa, int64_t k, int64_t n) {
   return isa == Isa::kAvx512 ? avx512::DefaultTuning(k, n) : avx2::DefaultTuning(k, n);
 }
 
+// The C++ type of a weight of XLA type F32 or BF16.
+template <ffi::DataType WeightType>
+using WeightOf = std::conditional_t<WeightType == ffi::F32, float, Bf16>;
+
 // y [k, n] = x [k, d] @ w [d, n], w float32 (F32) or bfloat16 (BF16). Part p sums rows
 // [d * p / parts, d * (p + 1) / parts) of w, part 0 into y, the others into buffers of
 // their own, added into y at the end (in order of p: the same order for every k).
 template <ffi::DataType WeightType>
 ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                         ffi::Buffer<WeightType> w, ffi::ResultBuffer<ffi::F32> y) {
-  using W = std::conditional_t<WeightType == ffi::F32, float, Bf16>;
+  using W = WeightOf<WeightType>;
   const auto x_dims = x.dimensions();
   const auto w_dims = w.dimensions();
   if (x_dims.size() != 2 || w_dims.size() != 2 || x_dims[1] != w_dims[0]) {
@@ -167,7 +171,7 @@ ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 template <ffi::DataType WeightType>
 ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                                   ffi::Buffer<WeightType> e, ffi::ResultBuffer<ffi::F32> y) {
-  using W = std::conditional_t<WeightType == ffi::F32, float, Bf16>;
+  using W = WeightOf<WeightType>;
   const auto x_dims = x.dimensions();
   const auto e_dims = e.dimensions();
   if (x_dims.size() != 2 || e_dims.size() != 2 || x_dims[1] != e_dims[1]) {
