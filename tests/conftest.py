@@ -9,6 +9,8 @@ import os
 import jax
 import pytest
 
+from specsample.kernels import small_k
+
 # Modules that run TensorFlow data pipelines (seqio / TFDS) in-process. With TensorFlow
 # loaded into the one long pytest process, later XLA compilations crashed it (SIGSEGV /
 # SIGABRT inside backend_compile_and_load, reproducibly at the same test); so the main
@@ -55,3 +57,26 @@ def count_compilations():
       jax.monitoring.unregister_event_duration_listener(listener)
 
   return counting
+
+
+@pytest.fixture(
+  params=[
+    pytest.param(
+      isa,
+      marks=pytest.mark.skipif(
+        isa not in small_k.supported_instruction_sets(), reason=f"CPU lacks {isa}"
+      ),
+    )
+    for isa in ("avx512f", "avx2")
+  ]
+)
+def isa(request):
+  """Runs a test with each instruction set's small-k kernels (those the CPU lacks skip),
+  then gives the process its own choice back."""
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv(small_k.ISA_VARIABLE, request.param)
+    small_k._load.cache_clear()
+    assert small_k.instruction_set() == request.param, small_k.why_not_available()
+    yield request.param
+  small_k._load.cache_clear()
+  small_k._load()

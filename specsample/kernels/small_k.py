@@ -63,6 +63,10 @@ _SYMBOLS = {
   _TARGET_TRANSPOSED: "SpecsampleSmallKMatmulTransposed",
   _TARGET + _BF16: "SpecsampleSmallKMatmulBf16",
   _TARGET_TRANSPOSED + _BF16: "SpecsampleSmallKMatmulTransposedBf16",
+  # The transposed product with weights in GGUF blocks (specsample.kernels.blocks).
+  _TARGET + "_q8_0": "SpecsampleSmallKMatmulQ8_0",
+  _TARGET + "_q4_0": "SpecsampleSmallKMatmulQ4_0",
+  _TARGET + "_q4_1": "SpecsampleSmallKMatmulQ4_1",
 }
 WEIGHT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))  # what the kernels take
 _EXTENSION = "specsample.kernels._small_k_matmul"

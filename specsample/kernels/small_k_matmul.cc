@@ -2,7 +2,9 @@
 // called from specsample/kernels/small_k.py as custom calls:
 //   "specsample_small_k_matmul":            x f32 [k, d], w f32 [d, n] -> y f32 [k, n]
 //   "specsample_small_k_matmul_transposed": x f32 [k, d], e f32 [n, d] -> y f32 [k, n]
-// and the same with bfloat16 weights ("..._bf16": w bf16 [d, n], e bf16 [n, d]),
+// and the same with bfloat16 weights ("..._bf16": w bf16 [d, n], e bf16 [n, d]), and the
+// transposed product with e in GGUF blocks ("..._q8_0", "..._q4_0", "..._q4_1": u8 [n,
+// d / 32 * block bytes]),
 // with 1 <= k <= kMaxRows, the work split over XLA's intra-op thread pool, and the kernels
 // of one instruction set: the best this CPU has, or the one small_k.py asks for
 // (SpecsampleSmallKMatmulUseIsa, from the environment variable SPECSAMPLE_SMALL_K_ISA).
@@ -84,10 +86,12 @@ void RunParts(ffi::ThreadPool& pool, int64_t parts, Part part) {
 }
 
 // The instruction sets this CPU can run the kernels with, as bits 1 << Isa. The AVX-512
-// kernels use AVX2 and FMA instructions too (8-float vectors for up to 8 rows).
+// kernels use AVX2 and FMA instructions too (8-float vectors for up to 8 rows), and both
+// F16C (every CPU with AVX2 and FMA has it).
 int CpuIsas() {
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
   return (avx2 ? 1 << static_cast<int>(Isa::kAvx2) : 0) |
          (avx512 ? 1 << static_cast<int>(Isa::kAvx512) : 0);
@@ -198,6 +202,38 @@ ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   return ffi::Error::Success();
 }
 
+// y [k, n] = x [k, d] @ e.T for e [n, d] in GGUF blocks B: `blocks` u8 [n, d / 32 *
+// sizeof(B)], each row of e as the file stores it. Split over parts as above.
+template <typename B>
+ffi::Error SmallKMatmulBlocks(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                              ffi::Buffer<ffi::U8> blocks, ffi::ResultBuffer<ffi::F32> y) {
+  const auto x_dims = x.dimensions();
+  const auto b_dims = blocks.dimensions();
+  if (x_dims.size() != 2 || b_dims.size() != 2 || x_dims[1] % kBlockWeights != 0 ||
+      b_dims[1] != x_dims[1] / kBlockWeights * static_cast<int64_t>(sizeof(B))) {
+    return ffi::Error::InvalidArgument(
+        "small_k_matmul_blocks: expected x [k, d] (d a multiple of 32) and blocks "
+        "[n, d / 32 * " + std::to_string(sizeof(B)) + "]");
+  }
+  const int64_t k = x_dims[0], d = x_dims[1], n = b_dims[0];
+  const Isa isa = ActiveIsa().load(std::memory_order_relaxed);
+  if (auto error = CheckRowsAndIsa("small_k_matmul_blocks", k, isa)) return *std::move(error);
+  const float* xp = x.typed_data();
+  const B* ep = reinterpret_cast<const B*>(blocks.typed_data());
+  float* yp = y->typed_data();
+  const int64_t prefetch_bytes = TuningFor(isa, k, n).prefetch_bytes;
+  const int64_t parts = PartsFor(pool, d * n, n);
+  RunParts(pool, parts, [=](int64_t p) {
+    const int64_t j0 = n * p / parts, j1 = n * (p + 1) / parts;
+    if (isa == Isa::kAvx512) {
+      avx512::EmbeddingProduct(xp, k, d, ep, n, yp, j0, j1, prefetch_bytes);
+    } else {
+      avx2::EmbeddingProduct(xp, k, d, ep, n, yp, j0, j1, prefetch_bytes);
+    }
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace specsample
 
@@ -228,6 +264,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmulTransposedBf16, specsample::
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
+
+#define SPECSAMPLE_BLOCK_HANDLER(symbol, block)                                  \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, specsample::SmallKMatmulBlocks<block>, \
+                                ffi::Ffi::Bind()                               \
+                                    .Ctx<ffi::ThreadPool>()                    \
+                                    .Arg<ffi::Buffer<ffi::F32>>()              \
+                                    .Arg<ffi::Buffer<ffi::U8>>()               \
+                                    .Ret<ffi::Buffer<ffi::F32>>());
+SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ8_0, specsample::BlockQ8_0)
+SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ4_0, specsample::BlockQ4_0)
+SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ4_1, specsample::BlockQ4_1)
+#undef SPECSAMPLE_BLOCK_HANDLER
 
 // The instruction sets this CPU can run the kernels with, as bits 1 << Isa (Isa::kAvx2 = 1,
 // Isa::kAvx512 = 2).

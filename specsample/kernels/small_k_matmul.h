@@ -1,7 +1,8 @@
 // y = x @ w for a few rows of x: the matrix products of decoding and verification on CPUs.
 //
 // x: float32 [k, d] (k <= kMaxRows), w: float32 or bfloat16 [d, n] (row-major, as Flax
-// stores kernels), y: float32 [k, n]. bfloat16 weights stay bfloat16 in memory (half the
+// stores kernels), y: float32 [k, n]. The transposed product (y = x @ e.T, e [n, d]) also
+// takes e in GGUF's Q8_0, Q4_0 and Q4_1 blocks (below), dequantized in registers. bfloat16 weights stay bfloat16 in memory (half the
 // bytes to stream) and are widened to float32 in registers, which is exact; the sums are
 // float32 either way, in the same order, so a bfloat16 product equals the float32 product
 // of the same (widened) weights bit for bit. At small k each weight is used k times after it is loaded, so the
@@ -23,7 +24,8 @@
 //
 // The kernels are written once, in small_k_matmul_simd.h, against vectors of L floats
 // (Lanes<L> below), and compiled twice: in namespace avx512 (L = 16, 32 registers, target
-// AVX-512F) and in namespace avx2 (L = 8, 16 registers, target AVX2 + FMA), each with its
+// AVX-512F) and in namespace avx2 (L = 8, 16 registers, target AVX2 + FMA; both also use
+// F16C's float16 conversion for GGUF blocks' scales), each with its
 // own register blocking. Only the kernel functions carry those targets, so the library
 // loads on any x86-64 CPU; small_k_matmul.cc picks one instruction set at run time.
 #ifndef SPECSAMPLE_KERNELS_SMALL_K_MATMUL_H_
@@ -34,6 +36,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -60,6 +63,36 @@ inline float Widen(Bf16 a) {
   std::memcpy(&f, &bits, sizeof(f));
   return f;
 }
+
+// GGUF's block formats (ggml's block_q8_0, block_q4_0, block_q4_1): 32 weights of a row
+// per block, a float16 scale d (and a float16 minimum m for Q4_1) and the quantized values.
+// Weight i of a block is d * qs[i] (Q8_0, int8), d * (q_i - 8) (Q4_0) or d * q_i + m
+// (Q4_1), where the 4-bit q_i are the low nibbles of qs[0..15] for i < 16 and their high
+// nibbles for i >= 16. d * q is exact in float32 (11 x 4 or 8 significant bits), so the
+// kernels' weights equal those of the gguf package's float32 dequantization bit for bit.
+constexpr int64_t kBlockWeights = 32;
+using Half = uint16_t;
+struct BlockQ8_0 {
+  Half d;
+  int8_t qs[kBlockWeights];
+};
+struct BlockQ4_0 {
+  Half d;
+  uint8_t qs[kBlockWeights / 2];
+};
+struct BlockQ4_1 {
+  Half d, m;
+  uint8_t qs[kBlockWeights / 2];
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20,
+              "GGUF blocks are packed");
+
+// Whether W is one of the block formats, and how many weights one W holds.
+template <typename W>
+constexpr bool kIsBlock = std::is_same_v<W, BlockQ8_0> || std::is_same_v<W, BlockQ4_0> ||
+                          std::is_same_v<W, BlockQ4_1>;
+template <typename W>
+constexpr int64_t kWeightsPer = kIsBlock<W> ? kBlockWeights : 1;
 
 struct Tuning {
   int64_t strip_rows;      // rows of w consumed between loads/stores of the running sums
@@ -91,9 +124,19 @@ struct Lanes<16> {
     const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
   }
+  SPECSAMPLE_LANES_OP V LoadInt8(const int8_t* p) {  // 16 int8 numbers as float32
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  // The low (or, with high, the high) 4 bits of 16 bytes as float32 numbers 0..15.
+  SPECSAMPLE_LANES_OP V LoadNibbles(const uint8_t* p, bool high) {
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    v = high ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(0xF));
+    return _mm512_cvtepi32_ps(v);
+  }
   SPECSAMPLE_LANES_OP void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
   SPECSAMPLE_LANES_OP void Store(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
   SPECSAMPLE_LANES_OP V Add(V a, V b) { return _mm512_add_ps(a, b); }
+  SPECSAMPLE_LANES_OP V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
   SPECSAMPLE_LANES_OP V MulAdd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   SPECSAMPLE_LANES_OP float Sum(V v) { return _mm512_reduce_add_ps(v); }
 };
@@ -117,9 +160,19 @@ struct Lanes<8> {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
+  SPECSAMPLE_LANES_OP V LoadInt8(const int8_t* p) {  // 8 int8 numbers as float32
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  // The low (or, with high, the high) 4 bits of 8 bytes as float32 numbers 0..15.
+  SPECSAMPLE_LANES_OP V LoadNibbles(const uint8_t* p, bool high) {
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    v = high ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(0xF));
+    return _mm256_cvtepi32_ps(v);
+  }
   SPECSAMPLE_LANES_OP void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
   SPECSAMPLE_LANES_OP void Store(float* p, Mask m, V v) { _mm256_maskstore_ps(p, m, v); }
   SPECSAMPLE_LANES_OP V Add(V a, V b) { return _mm256_add_ps(a, b); }
+  SPECSAMPLE_LANES_OP V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
   SPECSAMPLE_LANES_OP V MulAdd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   SPECSAMPLE_LANES_OP float Sum(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -169,7 +222,7 @@ inline Tuning DefaultTuning(int64_t k, int64_t /*n*/) {
   return {64, 512, chunk};
 }
 
-#define SPECSAMPLE_SIMD __attribute__((target("avx512f,avx2,fma")))
+#define SPECSAMPLE_SIMD __attribute__((target("avx512f,avx2,fma,f16c")))
 #include "small_k_matmul_simd.h"
 #undef SPECSAMPLE_SIMD
 
@@ -212,7 +265,7 @@ inline Tuning DefaultTuning(int64_t k, int64_t n) {
   return {k <= 3 && n > 1024 ? 8 : 16, 256, chunk};
 }
 
-#define SPECSAMPLE_SIMD __attribute__((target("avx2,fma")))
+#define SPECSAMPLE_SIMD __attribute__((target("avx2,fma,f16c")))
 #include "small_k_matmul_simd.h"
 #undef SPECSAMPLE_SIMD
 

@@ -12,7 +12,8 @@
 // uses, so nothing outside the kernels can contain the instruction set's instructions.
 // Include nothing here (this is inside a namespace): small_k_matmul.h includes it all.
 //
-// The weights (w, e) are float or Bf16 (W below); x and y are float32 always.
+// The weights (w, e) are float or Bf16 (W below), and e also a GGUF block format (BlockQ8_0,
+// BlockQ4_0, BlockQ4_1); x and y are float32 always.
 
 // The first `left` weights at p (all L when left >= L) widened to float32, zeros in the
 // other lanes; reads nothing past them.
@@ -161,16 +162,102 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline void DotTile(const float* 
     for (int j = 0; j < J; ++j) y[r * ldy + j] = Vec::Sum(acc[r][j]);
 }
 
+// The L weights s * L .. s * L + L - 1 of a GGUF block as float32 (L divides 32), given
+// the block's scale d (and minimum m) broadcast: the gguf package's values exactly.
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::V Dequantize(
+    const BlockQ8_0& b, typename Vec::V d, typename Vec::V /*m*/, int s) {
+  return Vec::Mul(d, Vec::LoadInt8(b.qs + s * Vec::kLanes));
+}
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::V Dequantize(
+    const BlockQ4_0& b, typename Vec::V d, typename Vec::V /*m*/, int s) {
+  const int first = s * Vec::kLanes;  // weights 0..15: low nibbles; 16..31: high nibbles
+  const typename Vec::V q = Vec::LoadNibbles(b.qs + first % 16, first >= 16);
+  return Vec::Mul(d, Vec::Add(q, Vec::Broadcast(-8.0f)));
+}
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::V Dequantize(
+    const BlockQ4_1& b, typename Vec::V d, typename Vec::V m, int s) {
+  const int first = s * Vec::kLanes;
+  // d * q is exact, so the fused multiply-add rounds once, as d * q + m does.
+  return Vec::MulAdd(d, Vec::LoadNibbles(b.qs + first % 16, first >= 16), m);
+}
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline float ToFloat(Half h) {
+  return _cvtsh_ss(h);  // exact
+}
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline float MinimumOf(const BlockQ4_1& b) {
+  return ToFloat(b.m);
+}
+template <typename B>
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline float MinimumOf(const B&) {
+  return 0.0f;
+}
+
+// DotTile for e in GGUF blocks (d a multiple of 32): the same sums in the same order (each
+// pair (r, j) in one vector, over the row in steps of L), so the product equals DotTile's
+// on the dequantized float32 weights bit for bit. Each block of e is dequantized once per
+// tile, into the R rows' sums; x is read from L1 (a tile's rows of x fit there).
+template <int R, int J, typename B>
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline void BlockDotTile(const float* x,
+                                                                        const B* e, int64_t d,
+                                                                        float* y, int64_t ldy,
+                                                                        int64_t prefetch_bytes) {
+  constexpr int L = Vec::kLanes;
+  constexpr int kSteps = kBlockWeights / L;
+  const int64_t blocks = d / kBlockWeights;
+  typename Vec::V acc[R][J];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) acc[r][j] = Vec::Zero();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * kBlockWeights;
+    for (int j = 0; j < J; ++j) {
+      const B& block = e[j * blocks + b];
+      _mm_prefetch(reinterpret_cast<const char*>(&block) + prefetch_bytes, _MM_HINT_T1);
+      const typename Vec::V scale = Vec::Broadcast(ToFloat(block.d));
+      const typename Vec::V minimum = Vec::Broadcast(MinimumOf(block));
+      for (int s = 0; s < kSteps; ++s) {
+        const typename Vec::V ev = Dequantize(block, scale, minimum, s);
+        for (int r = 0; r < R; ++r)
+          acc[r][j] = Vec::MulAdd(Vec::Load(xb + r * d + s * L), ev, acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) y[r * ldy + j] = Vec::Sum(acc[r][j]);
+}
+
+// out [j1 - j0, d] = rows j0..j1 of e (GGUF blocks) dequantized to float32.
+template <typename B>
+SPECSAMPLE_SIMD void DequantizeRows(const B* e, int64_t d, int64_t j0, int64_t j1, float* out) {
+  constexpr int L = Vec::kLanes;
+  constexpr int kSteps = kBlockWeights / L;
+  const int64_t blocks = d / kBlockWeights;
+  for (int64_t j = j0; j < j1; ++j) {
+    const B* row = e + j * blocks;
+    float* o = out + (j - j0) * d;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const typename Vec::V scale = Vec::Broadcast(ToFloat(row[b].d));
+      const typename Vec::V minimum = Vec::Broadcast(MinimumOf(row[b]));
+      for (int s = 0; s < kSteps; ++s)
+        Vec::Store(o + b * kBlockWeights + s * L, Dequantize(row[b], scale, minimum, s));
+    }
+  }
+}
+
 // y[0:R, j0:j1] (row stride n) = x[0:R, d] @ e[j0:j1, d].T, TileColumns<R>() rows of e at a
-// time.
+// time. A row of e is d / kWeightsPer<W> W's (numbers, or GGUF blocks).
 template <int R, typename W>
 SPECSAMPLE_SIMD void RowsTimesEmbedding(const float* x, int64_t d, const W* e, int64_t n,
                                         float* y, int64_t j0, int64_t j1,
                                         int64_t prefetch_bytes) {
   constexpr int J = TileColumns<R>();
+  const int64_t row = d / kWeightsPer<W>;
   int64_t j = j0;
-  for (; j + J <= j1; j += J) DotTile<R, J>(x, e + j * d, d, y + j, n, prefetch_bytes);
-  for (; j < j1; ++j) DotTile<R, 1>(x, e + j * d, d, y + j, n, prefetch_bytes);
+  if constexpr (kIsBlock<W>) {
+    for (; j + J <= j1; j += J) BlockDotTile<R, J>(x, e + j * row, d, y + j, n, prefetch_bytes);
+    for (; j < j1; ++j) BlockDotTile<R, 1>(x, e + j * row, d, y + j, n, prefetch_bytes);
+  } else {
+    for (; j + J <= j1; j += J) DotTile<R, J>(x, e + j * row, d, y + j, n, prefetch_bytes);
+    for (; j < j1; ++j) DotTile<R, 1>(x, e + j * row, d, y + j, n, prefetch_bytes);
+  }
 }
 
 template <typename W>
@@ -192,16 +279,38 @@ inline RowsFn<W> RowsFor(int64_t rows) {
 // One thread's share: y[k, j0:j1] = x[k, d] @ e[j0:j1, d].T (row stride of y: n). The rows
 // of x go in balanced groups of <= kTileRows, over blocks of e's rows small enough to stay
 // cached while the groups take them in turn (e is read from memory once).
+//
+// e in GGUF blocks: one group of rows takes the blocks directly (BlockDotTile); more groups
+// take each block of e's rows dequantized once into a float32 buffer, which they multiply
+// in turn with the float32 tiles (the same sums as BlockDotTile's).
 template <typename W>
 inline void EmbeddingProduct(const float* x, int64_t k, int64_t d, const W* e, int64_t n,
                              float* y, int64_t j0, int64_t j1, int64_t prefetch_bytes) {
   const int64_t groups = (k + kTileRows - 1) / kTileRows;
+  if constexpr (kIsBlock<W>) {
+    if (groups > 1) {
+      const int64_t block = std::max<int64_t>(
+          kEmbeddingBlockRows,
+          kEmbeddingBlockBytes / (sizeof(float) * d) / kEmbeddingBlockRows * kEmbeddingBlockRows);
+      std::vector<float> dequantized(block * d);
+      for (int64_t b0 = j0; b0 < j1; b0 += block) {
+        const int64_t b1 = b0 + block < j1 ? b0 + block : j1;
+        DequantizeRows(e, d, b0, b1, dequantized.data());
+        for (int64_t g = 0, r0 = 0; g < groups; ++g) {
+          const int64_t rows = (k - r0) / (groups - g);  // balanced groups
+          RowsFor<float>(rows)(x + r0 * d, d, dequantized.data(), n, y + r0 * n + b0, 0, b1 - b0,
+                               0);
+          r0 += rows;
+        }
+      }
+      return;
+    }
+  }
   const int64_t block =
       groups == 1 ? j1 - j0
-                  : std::max<int64_t>(kEmbeddingBlockRows, kEmbeddingBlockBytes /
-                                                               (sizeof(W) * d) /
-                                                               kEmbeddingBlockRows *
-                                                               kEmbeddingBlockRows);
+                  : std::max<int64_t>(kEmbeddingBlockRows,
+                                      kEmbeddingBlockBytes / (sizeof(W) * d / kWeightsPer<W>) /
+                                          kEmbeddingBlockRows * kEmbeddingBlockRows);
   for (int64_t b0 = j0; b0 < j1; b0 += block) {
     const int64_t b1 = b0 + block < j1 ? b0 + block : j1;
     for (int64_t g = 0, r0 = 0; g < groups; ++g) {

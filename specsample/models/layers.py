@@ -2,7 +2,8 @@
 and the attention mask bias.
 
 Kernels are stored [in, out] (T5X's layout; Hugging Face [out, in] matrices are
-transposed when read). Every product with a weight matrix goes through `dense` /
+transposed when read; a GGUF matrix kept in blocks, `kernels.blocks.BlockMatrix`, stays
+[out, in]). Every product with a weight matrix goes through `dense` /
 `dense_transposed`, which take specsample.kernels' CPU kernel for the few-row products of
 decoding and verification where it applies, and XLA's product elsewhere.
 """
@@ -13,27 +14,63 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specsample.kernels import small_k
+from specsample.kernels import blocks, small_k
 
 MASK_BIAS = -1e10  # additive bias of masked attention positions (T5X's value)
 
 
-def dense(x: jax.Array, kernel: jax.Array) -> jax.Array:
-  """x @ kernel over the last axis.  [..., in] x [in, out] -> [..., out]."""
+def dense(x: jax.Array, kernel) -> jax.Array:
+  """x @ kernel over the last axis.  [..., in] x [in, out] -> [..., out].
+
+  kernel may also be a `blocks.BlockMatrix` (GGUF blocks), which is stored [out, in].
+  """
+  if isinstance(kernel, blocks.BlockMatrix):
+    return blocks.matmul(x, kernel)
   return small_k.matmul(x, kernel)
 
 
-def dense_transposed(x: jax.Array, kernel_t: jax.Array) -> jax.Array:
+def dense_transposed(x: jax.Array, kernel_t) -> jax.Array:
   """x @ kernel_t.T, for weights stored [out, in] (a tied embedding as the output layer).
-  [..., in] x [out, in] -> [..., out]; `dense(x, kernel_t.T)` would copy the transpose."""
+  [..., in] x [out, in] -> [..., out]; `dense(x, kernel_t.T)` would copy the transpose.
+  kernel_t may be a `blocks.BlockMatrix`."""
+  if isinstance(kernel_t, blocks.BlockMatrix):
+    return blocks.matmul(x, kernel_t)
   return small_k.matmul_transposed(x, kernel_t)
 
 
 def lookup(embedder: nn.Embed, tokens: jax.Array, dtype) -> jax.Array:
   """The embedding rows of tokens int32[...] -> [..., features] in dtype. Unlike calling
   the nn.Embed, which converts its whole table to its dtype first (a float32 copy of a
-  bfloat16 table per call), only the rows taken are converted."""
+  bfloat16 table per call), only the rows taken are converted (or dequantized, for a
+  table in GGUF blocks)."""
+  if isinstance(embedder.embedding, blocks.BlockMatrix):
+    return blocks.take_rows(embedder.embedding, tokens).astype(dtype)
   return jnp.take(embedder.embedding, tokens, axis=0).astype(dtype)
+
+
+def _stored_blocks(module: nn.Module, name: str, shape: tuple[int, int]):
+  """The parameter `name` of module if it is a BlockMatrix (checked against its [out, in]
+  shape), else None. Flax's `param` would compare the blocks' bytes with the float
+  shape, so block matrices are read as variables."""
+  if not module.has_variable("params", name):
+    return None
+  stored = module.get_variable("params", name)
+  if not isinstance(stored, blocks.BlockMatrix):
+    return None
+  if stored.shape != shape:
+    raise ValueError(f"{module.name}/{name}: blocks of a {stored.shape} matrix, expected {shape}")
+  return stored
+
+
+class Embed(nn.Embed):
+  """nn.Embed whose table may be a BlockMatrix (a GGUF embedding kept in blocks)."""
+
+  def setup(self):
+    stored = _stored_blocks(self, "embedding", (self.num_embeddings, self.features))
+    if stored is None:
+      super().setup()
+    else:
+      self.embedding = stored
 
 
 def mask_bias(allowed: jax.Array) -> jax.Array:
@@ -120,7 +157,9 @@ class Projection(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     init = nn.initializers.variance_scaling(self.init_scale**2, "fan_in", "normal")
-    kernel = self.param("kernel", init, (x.shape[-1], self.features), self.dtype)
+    kernel = _stored_blocks(self, "kernel", (self.features, x.shape[-1]))
+    if kernel is None:
+      kernel = self.param("kernel", init, (x.shape[-1], self.features), self.dtype)
     y = dense(x, kernel)
     if self.use_bias:
       bias = self.param("bias", nn.initializers.zeros, (self.features,), self.dtype)

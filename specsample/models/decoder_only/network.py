@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.layers import (
+  Embed,
   Projection,
   RMSNorm,
   dense_transposed,
@@ -111,7 +112,7 @@ class DecoderOnlyNetwork(nn.Module):
 
   def setup(self):
     c, dtype = self.config, jnp.dtype(self.config.dtype)
-    self.embed = nn.Embed(c.vocab_size, c.d_model, dtype=dtype, param_dtype=dtype)
+    self.embed = Embed(c.vocab_size, c.d_model, dtype=dtype, param_dtype=dtype)
     self.blocks = [Block(c) for _ in range(c.num_layers)]
     self.final_norm = RMSNorm(c.layer_norm_epsilon, dtype)
     if c.output_vocab_size is not None:

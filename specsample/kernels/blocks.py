@@ -1,0 +1,152 @@
+"""Weight matrices in GGUF's block formats (Q8_0, Q4_0, Q4_1), kept as blocks in memory.
+
+A GGUF file stores each row of an [out, in] matrix (one output's weights) as blocks of 32
+weights: a float16 scale d, for Q4_1 a float16 minimum m, and the quantized numbers q
+(int8 for Q8_0; 4 bits for Q4_x). Weight i of a block is d * q_i (Q8_0), d * (q_i - 8)
+(Q4_0) or d * q_i + m (Q4_1): 1.06, 0.56 and 0.63 bytes per weight, against 4 for float32.
+`BlockMatrix` holds such a matrix as the file has it (uint8 [out, in / 32 * block bytes]);
+`matmul(x, matrix)` is x @ W.T ([..., in] -> [..., out]).
+
+On CPU, products of up to `BLOCK_ROW_LIMIT` rows go to the small-k kernel
+(small_k_matmul.h: the transposed kernel's tiles, each block dequantized in registers, in
+calls of up to small_k.MAX_ROWS rows): the weights it multiplies equal the gguf package's
+float32 dequantization bit for bit (d * q is exact in float32), its sums are those of the
+float32 transposed kernel (the product equals `small_k.matmul_transposed(x,
+dequantize(matrix))` bit for bit), and every row is summed as if alone, so plain decoding
+and verification agree. Elsewhere (more rows, other platforms, no kernel,
+SPECSAMPLE_MATMUL=xla) the matrix is dequantized with jnp and multiplied by XLA.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from specsample.kernels import small_k
+
+BLOCK_WEIGHTS = 32  # weights per block, in every format here
+BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}  # bytes per block (ggml's block_q*)
+FORMATS = tuple(BLOCK_BYTES)
+# The most rows a product takes the kernel with (in calls of small_k.MAX_ROWS rows): up to
+# here the kernel beats dequantizing for XLA, and a verification call of a batch stays
+# row-count invariant with the plain steps.
+BLOCK_ROW_LIMIT = 256
+_TARGET = "specsample_small_k_matmul_"  # + format
+
+
+@struct.dataclass
+class BlockMatrix:
+  """An [out, in] weight matrix in a GGUF block format, as the file stores it.
+
+  blocks: uint8 [out, in / 32 * BLOCK_BYTES[format]] (numpy or jax), each row of the
+  matrix its blocks in order; format: "q8_0", "q4_0" or "q4_1".
+  """
+
+  blocks: jax.Array
+  format: str = struct.field(pytree_node=False)
+
+  def __post_init__(self):
+    if self.format not in BLOCK_BYTES:
+      raise ValueError(f"block format must be one of {FORMATS}, got {self.format!r}")
+    if len(self.blocks.shape) != 2 or self.blocks.shape[1] % BLOCK_BYTES[self.format]:
+      raise ValueError(
+        f"{self.format} blocks: expected uint8 [out, in / 32 * {BLOCK_BYTES[self.format]}], "
+        f"got shape {tuple(self.blocks.shape)}"
+      )
+
+  @property
+  def shape(self) -> tuple[int, int]:
+    """(out, in): the matrix's shape, as a float array of it would have."""
+    out, row_bytes = self.blocks.shape
+    return out, row_bytes // BLOCK_BYTES[self.format] * BLOCK_WEIGHTS
+
+  @property
+  def nbytes(self) -> int:
+    return math.prod(self.blocks.shape)
+
+
+def _halves(blocks: jax.Array, offset: int) -> jax.Array:
+  """The float16 at byte `offset` of each block as float32.  [..., bytes] -> [..., 1]."""
+  bits = blocks[..., offset].astype(jnp.uint16) | (blocks[..., offset + 1].astype(jnp.uint16) << 8)
+  return jax.lax.bitcast_convert_type(bits, jnp.float16).astype(jnp.float32)[..., None]
+
+
+def dequantize(matrix: BlockMatrix) -> jax.Array:
+  """The matrix as float32 [out, in] (equal to the gguf package's dequantization)."""
+  return dequantize_rows(matrix.blocks, matrix.format)
+
+
+def dequantize_rows(blocks: jax.Array, format: str) -> jax.Array:
+  """uint8 [..., in / 32 * block bytes] rows of blocks -> float32 [..., in]."""
+  size = BLOCK_BYTES[format]
+  *lead, row_bytes = blocks.shape
+  b = jnp.asarray(blocks).reshape(*lead, row_bytes // size, size)  # [..., blocks, bytes]
+  d = _halves(b, 0)
+  if format == "q8_0":
+    values = d * jax.lax.bitcast_convert_type(b[..., 2:], jnp.int8).astype(jnp.float32)
+  else:
+    packed = b[..., 4:] if format == "q4_1" else b[..., 2:]  # [..., blocks, 16]
+    q = jnp.concatenate([packed & 0xF, packed >> 4], axis=-1).astype(jnp.float32)
+    values = d * q + _halves(b, 2) if format == "q4_1" else d * (q - 8.0)
+  return values.reshape(*lead, row_bytes // size * BLOCK_WEIGHTS)
+
+
+def take_rows(matrix: BlockMatrix, ids: jax.Array) -> jax.Array:
+  """Rows `ids` int32[...] of the matrix (an embedding lookup) -> float32 [..., in]."""
+  return dequantize_rows(jnp.take(jnp.asarray(matrix.blocks), ids, axis=0), matrix.format)
+
+
+def uses_kernel(x_shape: tuple[int, ...], x_dtype) -> bool:
+  """Whether a product with these x takes the kernel on CPU (decided at trace time)."""
+  rows = math.prod(x_shape[:-1])
+  return (
+    os.environ.get(small_k.ENV_VARIABLE, "auto") != "xla"
+    and jnp.dtype(x_dtype) == jnp.float32
+    and small_k.kernel_available()
+    and 1 <= rows <= BLOCK_ROW_LIMIT
+  )
+
+
+def _kernel_call(rows: jax.Array, matrix: BlockMatrix) -> jax.Array:
+  """[k, in] (k <= small_k.MAX_ROWS) -> [k, out]: the kernel on CPU, XLA elsewhere."""
+  call = jax.ffi.ffi_call(
+    _TARGET + matrix.format,
+    jax.ShapeDtypeStruct((rows.shape[0], matrix.shape[0]), jnp.float32),
+    vmap_method="sequential",
+  )
+
+  def xla(x, blocks):
+    return _xla_matmul(x, BlockMatrix(blocks, matrix.format))
+
+  return jax.lax.platform_dependent(rows, matrix.blocks, cpu=call, default=xla)
+
+
+def _xla_matmul(x: jax.Array, matrix: BlockMatrix) -> jax.Array:
+  return jnp.einsum("...i,oi->...o", x, dequantize(matrix).astype(x.dtype))
+
+
+def matmul(x: jax.Array, matrix: BlockMatrix) -> jax.Array:
+  """x @ W.T for W = matrix [out, in].  [..., in] -> [..., out], x's dtype."""
+  out, features = matrix.shape
+  if x.shape[-1] != features:
+    raise ValueError(f"block matmul: x {x.shape} against a [{out}, {features}] matrix")
+  if not uses_kernel(x.shape, x.dtype):
+    return _xla_matmul(x, matrix)
+  rows = x.reshape(-1, features)  # [rows, in]
+  step = small_k.MAX_ROWS
+  parts = [_kernel_call(rows[i : i + step], matrix) for i in range(0, rows.shape[0], step)]
+  y = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=0)
+  return y.reshape(*x.shape[:-1], out)
+
+
+def from_numpy(blocks: np.ndarray, format: str) -> BlockMatrix:
+  """A BlockMatrix of a uint8 numpy array (e.g. a GGUF tensor's data), on the device."""
+  array = np.ascontiguousarray(blocks)
+  if array.dtype != np.uint8:
+    raise ValueError(f"blocks must be uint8, got {array.dtype}")
+  return BlockMatrix(jnp.asarray(array), format)
