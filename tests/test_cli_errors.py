@@ -75,6 +75,10 @@ CASES = [
     lambda r, t: ["generate", *pair_args(r), "hi", "--weights", "bfloat16", "--dtype", "bfloat16"],
     "drop --dtype bfloat16",
   ),  # fmt: skip
+  (
+    lambda r, t: ["generate", *pair_args(r), "hi", "--weights", "gguf"],
+    "--weights gguf: the target has no Q8_0/Q4_0/Q4_1 matrices",
+  ),  # fmt: skip
   (lambda r, t: ["bench", "--out", str(t)], "is a file, not a directory"),
   (lambda r, t: ["bench", "--target", str(r / "target")], "give both --target and --draft"),
   (lambda r, t: ["plan", "--target", "t5-99b"], "neither a preset"),

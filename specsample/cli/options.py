@@ -268,12 +268,26 @@ def check_weights_option(args) -> None:
     )
 
 
+def gguf_blocks(args) -> bool:
+  """--weights gguf: GGUF checkpoints load with their blocks kept (`load_model`)."""
+  return getattr(args, "weights", "float32") == "gguf"
+
+
 def compact_weights(args, *models):
   """The models with --weights applied (bfloat16 weight matrices, float32 arithmetic);
-  models without parameters (an n-gram draft) pass unchanged."""
+  models without parameters (an n-gram draft) pass unchanged. With --weights gguf the
+  models were loaded with their blocks: the first (the target) must have some."""
   if getattr(args, "weights", "float32") == "float32":
     return models
-  from specsample.models.weights import with_weight_dtype
+  from specsample.models.weights import block_formats, with_weight_dtype
+
+  if gguf_blocks(args):
+    if not block_formats(models[0]):
+      raise UsageError(
+        "--weights gguf: the target has no Q8_0/Q4_0/Q4_1 matrices (it is not a GGUF "
+        "checkpoint of those types)"
+      )
+    return models
 
   return tuple(
     with_weight_dtype(model, args.weights) if hasattr(model, "params") else model
@@ -281,7 +295,7 @@ def compact_weights(args, *models):
   )
 
 
-def load_draft(spec: str, target, *, dtype: str):
+def load_draft(spec: str, target, *, dtype: str, gguf_blocks: bool = False):
   """--draft: a checkpoint, or "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
   if spec == "ngram" or spec.startswith("ngram:"):
     from specsample.models.ngram import NGramDraft
@@ -292,7 +306,7 @@ def load_draft(spec: str, target, *, dtype: str):
     return NGramDraft.for_target(target, max_ngram=int(size))
   from specsample.checkpoints import load_model
 
-  return load_model(spec, dtype=dtype)
+  return load_model(spec, dtype=dtype, gguf_blocks=gguf_blocks)
 
 
 def with_prompt_lookup(draft, target, choice: bool | None, *, default: bool):

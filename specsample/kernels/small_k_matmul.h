@@ -213,6 +213,17 @@ constexpr int TileColumns() {
   return R <= 2 ? 8 : R <= 3 ? 7 : 6;
 }
 
+// Tiles of the transposed kernel on GGUF blocks: R rows of x (read from L1) by
+// BlockTileColumns<R>() rows of e. Each dequantized vector serves R rows (dequantizing
+// costs more than a multiply-add), and R * J >= 8 sums are in flight to cover the
+// multiply-add latency; the sums and the block's constants stay within the registers.
+constexpr int64_t kBlockTileRows = 8;
+template <int R>
+constexpr int BlockTileColumns() {
+  static_assert(R >= 1 && R <= kBlockTileRows, "more rows go in groups");
+  return R <= 1 ? 8 : R <= 2 ? 4 : R <= 3 ? 3 : 2;
+}
+
 inline Tuning DefaultTuning(int64_t k, int64_t /*n*/) {
   // Measured on AMD Zen 4 (2 cores) with [k, 2048] x [2048, 8192]: one row wants short
   // strips and a long prefetch (pure streaming); more rows want long strips so the sums'
@@ -253,6 +264,15 @@ template <int R>
 constexpr int TileColumns() {
   static_assert(R >= 1 && R <= kTileRows, "more rows go in groups");
   return R <= 1 ? 8 : R <= 2 ? 5 : 4;
+}
+
+// Tiles of the transposed kernel on GGUF blocks (as in namespace avx512): R * J sums and
+// the block's constants within 16 registers.
+constexpr int64_t kBlockTileRows = 8;
+template <int R>
+constexpr int BlockTileColumns() {
+  static_assert(R >= 1 && R <= kBlockTileRows, "more rows go in groups");
+  return R <= 1 ? 8 : R <= 2 ? 4 : R <= 3 ? 3 : R <= 5 ? 2 : 1;
 }
 
 inline Tuning DefaultTuning(int64_t k, int64_t n) {

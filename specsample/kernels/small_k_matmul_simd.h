@@ -6,6 +6,7 @@
 //   VectorsPerRow<R>()     the vectors of sums each of R rows keeps in registers,
 //   kTileRows              the most rows of x in a tile of the transposed product,
 //   TileColumns<R>()       the rows of e in a tile of R rows of x,
+//   kBlockTileRows, BlockTileColumns<R>()   the same for e in GGUF blocks,
 // and the macro SPECSAMPLE_SIMD (the target attribute of the instruction set). Only the
 // kernel functions carry that attribute; the code that splits the work into kernel calls
 // (PartialProduct, EmbeddingProduct) is plain x86-64, like the standard library code it
@@ -194,9 +195,12 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline float MinimumOf(const B&) 
 // DotTile for e in GGUF blocks (d a multiple of 32): the same sums in the same order (each
 // pair (r, j) in one vector, over the row in steps of L), so the product equals DotTile's
 // on the dequantized float32 weights bit for bit. Each block of e is dequantized once per
-// tile, into the R rows' sums; x is read from L1 (a tile's rows of x fit there).
+// tile, into the R rows' sums; x is read from L1 by the multiply-adds (no registers held),
+// so a tile takes up to kBlockTileRows rows.
+// xp: the tile's R rows of x packed by block, [d / 32][R][32] (one pointer, constant
+// offsets: no registers held for row addresses).
 template <int R, int J, typename B>
-SPECSAMPLE_SIMD __attribute__((always_inline)) inline void BlockDotTile(const float* x,
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline void BlockDotTile(const float* xp,
                                                                         const B* e, int64_t d,
                                                                         float* y, int64_t ldy,
                                                                         int64_t prefetch_bytes) {
@@ -207,7 +211,7 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline void BlockDotTile(const fl
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < J; ++j) acc[r][j] = Vec::Zero();
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* xb = x + b * kBlockWeights;
+    const float* xb = xp + b * R * kBlockWeights;
     for (int j = 0; j < J; ++j) {
       const B& block = e[j * blocks + b];
       _mm_prefetch(reinterpret_cast<const char*>(&block) + prefetch_bytes, _MM_HINT_T1);
@@ -216,30 +220,12 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline void BlockDotTile(const fl
       for (int s = 0; s < kSteps; ++s) {
         const typename Vec::V ev = Dequantize(block, scale, minimum, s);
         for (int r = 0; r < R; ++r)
-          acc[r][j] = Vec::MulAdd(Vec::Load(xb + r * d + s * L), ev, acc[r][j]);
+          acc[r][j] = Vec::MulAdd(Vec::Load(xb + r * kBlockWeights + s * L), ev, acc[r][j]);
       }
     }
   }
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < J; ++j) y[r * ldy + j] = Vec::Sum(acc[r][j]);
-}
-
-// out [j1 - j0, d] = rows j0..j1 of e (GGUF blocks) dequantized to float32.
-template <typename B>
-SPECSAMPLE_SIMD void DequantizeRows(const B* e, int64_t d, int64_t j0, int64_t j1, float* out) {
-  constexpr int L = Vec::kLanes;
-  constexpr int kSteps = kBlockWeights / L;
-  const int64_t blocks = d / kBlockWeights;
-  for (int64_t j = j0; j < j1; ++j) {
-    const B* row = e + j * blocks;
-    float* o = out + (j - j0) * d;
-    for (int64_t b = 0; b < blocks; ++b) {
-      const typename Vec::V scale = Vec::Broadcast(ToFloat(row[b].d));
-      const typename Vec::V minimum = Vec::Broadcast(MinimumOf(row[b]));
-      for (int s = 0; s < kSteps; ++s)
-        Vec::Store(o + b * kBlockWeights + s * L, Dequantize(row[b], scale, minimum, s));
-    }
-  }
 }
 
 // y[0:R, j0:j1] (row stride n) = x[0:R, d] @ e[j0:j1, d].T, TileColumns<R>() rows of e at a
@@ -248,13 +234,14 @@ template <int R, typename W>
 SPECSAMPLE_SIMD void RowsTimesEmbedding(const float* x, int64_t d, const W* e, int64_t n,
                                         float* y, int64_t j0, int64_t j1,
                                         int64_t prefetch_bytes) {
-  constexpr int J = TileColumns<R>();
   const int64_t row = d / kWeightsPer<W>;
   int64_t j = j0;
-  if constexpr (kIsBlock<W>) {
+  if constexpr (kIsBlock<W>) {  // x: the R rows packed by block (BlockDotTile)
+    constexpr int J = BlockTileColumns<R>();
     for (; j + J <= j1; j += J) BlockDotTile<R, J>(x, e + j * row, d, y + j, n, prefetch_bytes);
     for (; j < j1; ++j) BlockDotTile<R, 1>(x, e + j * row, d, y + j, n, prefetch_bytes);
   } else {
+    constexpr int J = TileColumns<R>();
     for (; j + J <= j1; j += J) DotTile<R, J>(x, e + j * row, d, y + j, n, prefetch_bytes);
     for (; j < j1; ++j) DotTile<R, 1>(x, e + j * row, d, y + j, n, prefetch_bytes);
   }
@@ -264,7 +251,7 @@ template <typename W>
 using RowsFn = void (*)(const float*, int64_t, const W*, int64_t, float*, int64_t, int64_t,
                         int64_t);
 
-// RowsTimesEmbedding<rows> for rows = 1 .. kTileRows.
+// RowsTimesEmbedding<rows> for rows = 1 .. kTileRows (kBlockTileRows for GGUF blocks).
 template <typename W, int... R>
 inline RowsFn<W> RowsFor(int64_t rows, std::integer_sequence<int, R...>) {
   static constexpr RowsFn<W> kTable[] = {nullptr, RowsTimesEmbedding<R + 1, W>...};
@@ -273,49 +260,44 @@ inline RowsFn<W> RowsFor(int64_t rows, std::integer_sequence<int, R...>) {
 
 template <typename W>
 inline RowsFn<W> RowsFor(int64_t rows) {
-  return RowsFor<W>(rows, std::make_integer_sequence<int, kTileRows>());
+  constexpr int kRows = kIsBlock<W> ? kBlockTileRows : kTileRows;
+  return RowsFor<W>(rows, std::make_integer_sequence<int, kRows>());
 }
 
 // One thread's share: y[k, j0:j1] = x[k, d] @ e[j0:j1, d].T (row stride of y: n). The rows
 // of x go in balanced groups of <= kTileRows, over blocks of e's rows small enough to stay
 // cached while the groups take them in turn (e is read from memory once).
-//
-// e in GGUF blocks: one group of rows takes the blocks directly (BlockDotTile); more groups
-// take each block of e's rows dequantized once into a float32 buffer, which they multiply
-// in turn with the float32 tiles (the same sums as BlockDotTile's).
+// e in GGUF blocks takes groups of <= kBlockTileRows rows (BlockDotTile keeps no rows of x
+// in registers, so its tiles can have more rows).
 template <typename W>
 inline void EmbeddingProduct(const float* x, int64_t k, int64_t d, const W* e, int64_t n,
                              float* y, int64_t j0, int64_t j1, int64_t prefetch_bytes) {
-  const int64_t groups = (k + kTileRows - 1) / kTileRows;
-  if constexpr (kIsBlock<W>) {
-    if (groups > 1) {
-      const int64_t block = std::max<int64_t>(
-          kEmbeddingBlockRows,
-          kEmbeddingBlockBytes / (sizeof(float) * d) / kEmbeddingBlockRows * kEmbeddingBlockRows);
-      std::vector<float> dequantized(block * d);
-      for (int64_t b0 = j0; b0 < j1; b0 += block) {
-        const int64_t b1 = b0 + block < j1 ? b0 + block : j1;
-        DequantizeRows(e, d, b0, b1, dequantized.data());
-        for (int64_t g = 0, r0 = 0; g < groups; ++g) {
-          const int64_t rows = (k - r0) / (groups - g);  // balanced groups
-          RowsFor<float>(rows)(x + r0 * d, d, dequantized.data(), n, y + r0 * n + b0, 0, b1 - b0,
-                               0);
-          r0 += rows;
-        }
-      }
-      return;
-    }
-  }
+  constexpr int64_t kRows = kIsBlock<W> ? kBlockTileRows : kTileRows;
+  const int64_t groups = (k + kRows - 1) / kRows;
   const int64_t block =
       groups == 1 ? j1 - j0
                   : std::max<int64_t>(kEmbeddingBlockRows,
                                       kEmbeddingBlockBytes / (sizeof(W) * d / kWeightsPer<W>) /
                                           kEmbeddingBlockRows * kEmbeddingBlockRows);
+  // For GGUF blocks, each group's rows of x packed by block ([d / 32][rows][32]).
+  std::vector<float> packed(kIsBlock<W> ? k * d : 0);
+  if constexpr (kIsBlock<W>) {
+    for (int64_t g = 0, r0 = 0; g < groups; ++g) {
+      const int64_t rows = (k - r0) / (groups - g);
+      float* group = packed.data() + r0 * d;
+      for (int64_t b = 0; b < d / kBlockWeights; ++b)
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(group + (b * rows + r) * kBlockWeights, x + (r0 + r) * d + b * kBlockWeights,
+                      sizeof(float) * kBlockWeights);
+      r0 += rows;
+    }
+  }
   for (int64_t b0 = j0; b0 < j1; b0 += block) {
     const int64_t b1 = b0 + block < j1 ? b0 + block : j1;
     for (int64_t g = 0, r0 = 0; g < groups; ++g) {
       const int64_t rows = (k - r0) / (groups - g);  // balanced groups
-      RowsFor<W>(rows)(x + r0 * d, d, e, n, y + r0 * n, b0, b1, g == 0 ? prefetch_bytes : 0);
+      const float* xg = kIsBlock<W> ? packed.data() + r0 * d : x + r0 * d;
+      RowsFor<W>(rows)(xg, d, e, n, y + r0 * n, b0, b1, g == 0 ? prefetch_bytes : 0);
       r0 += rows;
     }
   }

@@ -9,13 +9,16 @@ them in registers, which is exact, so the logits equal, bit for bit, those of th
 model with the widened weights stored as float32 (elsewhere XLA converts each weight
 before its product). This is not the "bfloat16" dtype of a config (bfloat16 activations,
 as on TPUs), whose rounding makes speculative greedy output differ from plain greedy
-output (docs/accelerators.md).
+output (docs/accelerators.md). GGUF matrices kept in their blocks (`load_model(...,
+gguf_blocks=True)`) are the other compact form; `block_formats` says which a model has.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from specsample.kernels.blocks import BlockMatrix
 
 WEIGHT_DTYPES = ("float32", "bfloat16")
 
@@ -48,6 +51,14 @@ def weight_dtype(model) -> str:
   if len(dtypes) != 1:
     raise ValueError(f"the model's weight matrices have mixed dtypes {sorted(dtypes)}")
   return dtypes.pop()
+
+
+def block_formats(model) -> set[str]:
+  """The GGUF block formats of the model's matrices kept in blocks ({"q4_1", "q8_0"}, ...;
+  empty when none are, or the model has no parameters)."""
+  params = getattr(model, "params", None)
+  kept = jax.tree.leaves(params, is_leaf=lambda leaf: isinstance(leaf, BlockMatrix))
+  return {leaf.format for leaf in kept if isinstance(leaf, BlockMatrix)}
 
 
 def weight_bytes(model) -> int:
