@@ -19,13 +19,14 @@ SPECSAMPLE_MATMUL=xla) the matrix is dequantized with jnp and multiplied by XLA.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from specsample.kernels import small_k
 
@@ -39,7 +40,8 @@ BLOCK_ROW_LIMIT = 256
 _TARGET = "specsample_small_k_matmul_"  # + format
 
 
-@struct.dataclass
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["blocks"], meta_fields=["format"])
+@dataclasses.dataclass(frozen=True)
 class BlockMatrix:
   """An [out, in] weight matrix in a GGUF block format, as the file stores it.
 
@@ -47,16 +49,17 @@ class BlockMatrix:
   matrix its blocks in order; format: "q8_0", "q4_0" or "q4_1".
   """
 
-  blocks: jax.Array
-  format: str = struct.field(pytree_node=False)
+  blocks: jax.Array  # a pytree leaf
+  format: str  # static (part of the tree structure)
 
   def __post_init__(self):
     if self.format not in BLOCK_BYTES:
       raise ValueError(f"block format must be one of {FORMATS}, got {self.format!r}")
-    if len(self.blocks.shape) != 2 or self.blocks.shape[1] % BLOCK_BYTES[self.format]:
+    shape = getattr(self.blocks, "shape", None)  # None: a placeholder leaf (jax.tree ops)
+    if shape is not None and (len(shape) != 2 or shape[1] % BLOCK_BYTES[self.format]):
       raise ValueError(
         f"{self.format} blocks: expected uint8 [out, in / 32 * {BLOCK_BYTES[self.format]}], "
-        f"got shape {tuple(self.blocks.shape)}"
+        f"got shape {tuple(shape)}"
       )
 
   @property
