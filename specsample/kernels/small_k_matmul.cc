@@ -170,8 +170,25 @@ ffi::Error SmallKMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   return ffi::Error::Success();
 }
 
-// y [k, n] = x [k, d] @ e [n, d].T, e float32 or bfloat16. Parts take contiguous runs of
-// e's rows (and y's columns), so no partial sums are needed.
+// y [k, n] = x [k, d] @ e.T for e's n rows of W (numbers or GGUF blocks), checked by the
+// caller. Parts take contiguous runs of e's rows (and y's columns), so no partial sums are
+// needed.
+template <typename W>
+void TransposedProduct(ffi::ThreadPool& pool, Isa isa, const float* xp, int64_t k, int64_t d,
+                       const W* ep, int64_t n, float* yp) {
+  const int64_t prefetch_bytes = TuningFor(isa, k, n).prefetch_bytes;
+  const int64_t parts = PartsFor(pool, d * n, n);
+  RunParts(pool, parts, [=](int64_t p) {
+    const int64_t j0 = n * p / parts, j1 = n * (p + 1) / parts;
+    if (isa == Isa::kAvx512) {
+      avx512::EmbeddingProduct(xp, k, d, ep, n, yp, j0, j1, prefetch_bytes);
+    } else {
+      avx2::EmbeddingProduct(xp, k, d, ep, n, yp, j0, j1, prefetch_bytes);
+    }
+  });
+}
+
+// y [k, n] = x [k, d] @ e [n, d].T, e float32 or bfloat16 (TransposedProduct).
 template <ffi::DataType WeightType>
 ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                                   ffi::Buffer<WeightType> e, ffi::ResultBuffer<ffi::F32> y) {
@@ -186,24 +203,13 @@ ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   if (auto error = CheckRowsAndIsa("small_k_matmul_transposed", k, isa)) {
     return *std::move(error);
   }
-  const float* xp = x.typed_data();
-  const W* ep = reinterpret_cast<const W*>(e.typed_data());
-  float* yp = y->typed_data();
-  const int64_t prefetch_bytes = TuningFor(isa, k, n).prefetch_bytes;
-  const int64_t parts = PartsFor(pool, d * n, n);
-  RunParts(pool, parts, [=](int64_t p) {
-    const int64_t j0 = n * p / parts, j1 = n * (p + 1) / parts;
-    if (isa == Isa::kAvx512) {
-      avx512::EmbeddingProduct(xp, k, d, ep, n, yp, j0, j1, prefetch_bytes);
-    } else {
-      avx2::EmbeddingProduct(xp, k, d, ep, n, yp, j0, j1, prefetch_bytes);
-    }
-  });
+  TransposedProduct(pool, isa, x.typed_data(), k, d,
+                    reinterpret_cast<const W*>(e.typed_data()), n, y->typed_data());
   return ffi::Error::Success();
 }
 
 // y [k, n] = x [k, d] @ e.T for e [n, d] in GGUF blocks B: `blocks` u8 [n, d / 32 *
-// sizeof(B)], each row of e as the file stores it. Split over parts as above.
+// sizeof(B)], each row of e as the file stores it (TransposedProduct).
 template <typename B>
 ffi::Error SmallKMatmulBlocks(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                               ffi::Buffer<ffi::U8> blocks, ffi::ResultBuffer<ffi::F32> y) {
@@ -218,19 +224,8 @@ ffi::Error SmallKMatmulBlocks(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   const int64_t k = x_dims[0], d = x_dims[1], n = b_dims[0];
   const Isa isa = ActiveIsa().load(std::memory_order_relaxed);
   if (auto error = CheckRowsAndIsa("small_k_matmul_blocks", k, isa)) return *std::move(error);
-  const float* xp = x.typed_data();
-  const B* ep = reinterpret_cast<const B*>(blocks.typed_data());
-  float* yp = y->typed_data();
-  const int64_t prefetch_bytes = TuningFor(isa, k, n).prefetch_bytes;
-  const int64_t parts = PartsFor(pool, d * n, n);
-  RunParts(pool, parts, [=](int64_t p) {
-    const int64_t j0 = n * p / parts, j1 = n * (p + 1) / parts;
-    if (isa == Isa::kAvx512) {
-      avx512::EmbeddingProduct(xp, k, d, ep, n, yp, j0, j1, prefetch_bytes);
-    } else {
-      avx2::EmbeddingProduct(xp, k, d, ep, n, yp, j0, j1, prefetch_bytes);
-    }
-  });
+  TransposedProduct(pool, isa, x.typed_data(), k, d,
+                    reinterpret_cast<const B*>(blocks.typed_data()), n, y->typed_data());
   return ffi::Error::Success();
 }
 
