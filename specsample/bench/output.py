@@ -47,6 +47,17 @@ def report_dict(report: PairReport, **context) -> dict:
       }
       for p in report.phases
     ],
+    "roofs": dataclasses.asdict(report.roofs) if report.roofs is not None else None,
+    "call_floors": {str(k): v for k, v in report.call_floors.items()},
+    "rooflines": [
+      {
+        **dataclasses.asdict(row),
+        "memory_fraction": row.memory_fraction,
+        "arithmetic_fraction": row.arithmetic_fraction,
+      }
+      for row in report.rooflines
+    ],
+    "autoregressive_tokens": {f"{t:g}": n for t, n in report.autoregressive_tokens.items()},
     "best": {
       f"{t:g}": {
         "measured_gamma": report.best(t).gamma,
@@ -121,6 +132,8 @@ def markdown(report: PairReport, *, title: str = "Benchmark") -> str:
       )
   if report.phases:
     lines += ["", *phase_table(report)]
+  if report.roofs is not None:
+    lines += ["", *roofline_table(report)]
   return "\n".join(lines) + "\n"
 
 
@@ -150,6 +163,43 @@ def phase_table(report: PairReport) -> list[str]:
       f"{1e3 * p.prefill_seconds / report.num_prompts:.2f} | {p.speedup:.2f}x | "
       f"{p.speedup_without_prefill:.2f}x |"
     )
+  return lines
+
+
+def roofline_table(report: PairReport) -> list[str]:
+  """Weight traffic per token and each decoder's fraction of the memory and arithmetic
+  rooflines (`bench.roofline`), and r(k) against its roofline bound."""
+  roofs, costs = report.roofs, report.costs
+  lines = [
+    f"Rooflines (`bench.roofline`; measured in this run: {roofs.bandwidth / 1e9:.1f} GB/s "
+    f"streaming weights, {roofs.arithmetic / 1e9:.0f} GFLOP/s float32; weight traffic "
+    "only, batch 1):",
+    "",
+    "| T | decoder | ms/token | weight MB/token | GFLOP/token | memory floor ms "
+    "| of memory roofline | arithmetic floor ms | of arithmetic roofline |",
+    "|---|---|---|---|---|---|---|---|---|",
+  ]
+  for row in report.rooflines:
+    lines.append(
+      f"| {row.temperature:g} | {row.decoder} | {1e3 * row.seconds_per_token:.2f} | "
+      f"{row.bytes_per_token / 1e6:.1f} | {row.operations_per_token / 1e9:.2f} | "
+      f"{1e3 * row.memory_floor:.2f} | {100 * row.memory_fraction:.0f}% | "
+      f"{1e3 * row.arithmetic_floor:.2f} | {100 * row.arithmetic_fraction:.0f}% |"
+    )
+  floors = report.call_floors
+  ks = sorted(floors)
+  lines += [
+    "",
+    "| k (target rows per call) | " + " | ".join(str(k) for k in ks) + " |",
+    "|---|" + "---|" * len(ks),
+    "| t(k) ms | " + " | ".join(f"{1e3 * costs.target_seconds[k]:.2f}" for k in ks) + " |",
+    "| floor ms | " + " | ".join(f"{1e3 * floors[k]:.2f}" for k in ks) + " |",
+    "| of roofline | "
+    + " | ".join(f"{100 * floors[k] / costs.target_seconds[k]:.0f}%" for k in ks)
+    + " |",
+    "| r(k) measured | " + " | ".join(f"{costs.r(k - 1):.2f}" for k in ks) + " |",
+    "| r(k) at the floors | " + " | ".join(f"{floors[k] / floors[1]:.2f}" for k in ks) + " |",
+  ]
   return lines
 
 

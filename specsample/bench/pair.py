@@ -19,6 +19,14 @@ import numpy as np
 
 from specsample.bench.costs import clear_step_programs, interleaved_step_seconds
 from specsample.bench.phases import PhaseBreakdown, phase_breakdown
+from specsample.bench.roofline import (
+  DecoderRoofline,
+  Roofs,
+  call_floors,
+  decoder_roofline,
+  has_weights_per_call,
+  measure_roofs,
+)
 from specsample.bench.timing import time_calls
 from specsample.core import SamplingConfig, best_gamma, theoretical_speedup
 from specsample.core.sampling import logits_to_probs
@@ -107,6 +115,7 @@ class SweepPoint:
   predicted_paper: float  # E[n + 1] / (gamma c + 1)
   predicted_with_r: float  # E[n + 1] / (gamma c + r(gamma + 1))
   model_seconds_per_iteration: float  # gamma t_draft(1) + t_target(gamma + 1)
+  new_tokens: int = 0  # tokens generated, summed over prompts
 
   @property
   def speedup(self) -> float:
@@ -153,6 +162,11 @@ class PairReport:
   sweep: list[SweepPoint]
   batch: list[BatchPoint]
   phases: list[PhaseBreakdown] = dataclasses.field(default_factory=list)  # best gamma per T
+  autoregressive_tokens: dict[float, int] = dataclasses.field(default_factory=dict)
+  # Rooflines (bench.roofline), where both models say which weights a call reads:
+  roofs: Roofs | None = None
+  call_floors: dict[int, float] = dataclasses.field(default_factory=dict)  # k -> target s
+  rooflines: list[DecoderRoofline] = dataclasses.field(default_factory=list)
 
   def best(self, temperature: float, rule: str = "token") -> SweepPoint:
     """The measured fastest sweep point for a temperature and rule."""
@@ -250,6 +264,8 @@ def bench_pair(
 
   tick("step costs")
   costs = measure_costs(target, draft, prompts[0], max(settings.gammas), settings.cost_repeats)
+  with_roofs = has_weights_per_call(target) and has_weights_per_call(draft)
+  roofs = measure_roofs() if with_roofs else None
 
   def timed_total(decode, baseline=None) -> tuple[float, list, float]:
     """Sum over prompts (batch 1) of the median seconds of decode(prompt row), and of
@@ -267,7 +283,7 @@ def bench_pair(
       outputs.append(results[0])
     return total, outputs, baseline_total
 
-  ar_seconds, alphas, sweep = {}, {}, []
+  ar_seconds, ar_tokens, alphas, sweep = {}, {}, {}, []
   for temperature in settings.temperatures:
     sampling = SamplingConfig(temperature=temperature)
     tick(f"autoregressive, temperature {temperature:g}")
@@ -285,6 +301,7 @@ def bench_pair(
     ar_seconds[temperature], outputs, _ = timed_total(plain)
     sequences = np.concatenate([np.asarray(o.tokens) for o in outputs])
     out_lengths = np.concatenate([np.asarray(o.lengths) for o in outputs])
+    ar_tokens[temperature] = int(out_lengths.sum())
     alphas[temperature] = alpha_along_target_outputs(
       target, draft, prompts, sequences, out_lengths, sampling
     )
@@ -310,7 +327,11 @@ def bench_pair(
     autoregressive_seconds=ar_seconds,
     sweep=sweep,
     batch=[],
+    autoregressive_tokens=ar_tokens,
+    roofs=roofs,
   )
+  if roofs is not None:
+    report = _with_rooflines(report, target, draft)
   batch, phases = [], []
   for temperature in settings.temperatures:
     gamma = report.best(temperature).gamma
@@ -375,8 +396,40 @@ def _sweep_point(
     speculative_seconds=seconds,
     autoregressive_seconds=ar_seconds,
     target_calls=sum(int(o.stats.target_calls) for o in outputs),
+    new_tokens=sum(int(np.sum(o.lengths)) for o in outputs),
     **(_chain_predictions(alpha, gamma, costs) if rule in CHAIN_RULES else _no_predictions()),
   )
+
+
+def _with_rooflines(report: PairReport, target, draft) -> PairReport:
+  """The report with the target calls' floors (k rows) and, per temperature, the
+  autoregressive decoder and the fastest chain against their floors."""
+  roofs = report.roofs
+  floors = call_floors(target, report.costs.target_seconds, roofs)
+  rows = []
+  for t in report.settings.temperatures:
+    tokens = max(1, report.autoregressive_tokens[t])
+    rows.append(
+      decoder_roofline(
+        "autoregressive", t, report.autoregressive_seconds[t] / tokens, target, roofs=roofs
+      )
+    )
+    points = [p for p in report.sweep if p.temperature == t and p.rule in CHAIN_RULES]
+    if points:
+      best = max(points, key=lambda p: p.speedup)
+      rows.append(
+        decoder_roofline(
+          f"speculative (gamma {best.gamma}, {best.rule})",
+          t,
+          best.speculative_seconds / max(1, best.new_tokens),
+          target,
+          draft,
+          gamma=best.gamma,
+          tokens_per_target_call=best.tokens_per_target_call,
+          roofs=roofs,
+        )
+      )
+  return dataclasses.replace(report, call_floors=floors, rooflines=rows)
 
 
 def _chain_predictions(alpha: float, gamma: int, costs: StepCosts) -> dict[str, float]:

@@ -55,6 +55,9 @@ class LanguageModel(Protocol):
   # prompt (T5: 0). Where a model has one, trailing runs of it in a [batch, length]
   # prompt array are padding; without it, array rows are read whole unless the caller
   # passes prompt_lengths (see decoding.inputs.prepare_prompts).
+  # Optional member: `weights_per_call() -> (count, bytes)`, the weights one `extend`
+  # call reads once whatever its number of tokens (count: multiply-adds per token row;
+  # bytes: as stored). Read by `bench.roofline` for traffic per token and rooflines.
 
   def init_state(
     self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int

@@ -88,6 +88,10 @@ class LookupThenModel:
     logits = jnp.where(trusted, one_hot, logits.astype(jnp.float32))
     return logits, LookupThenModelState(model=model_state, lookup=lookup_state)
 
+  def weights_per_call(self) -> tuple[int, int]:
+    """The model's (the lookup reads no weights; the model runs on every call)."""
+    return self.model.weights_per_call()
+
   def rewind(self, state: LookupThenModelState, end_index: jax.Array) -> LookupThenModelState:
     """Moves both parts by the same number of positions (the model may count its positions
     from elsewhere, as a T5 decoder does)."""

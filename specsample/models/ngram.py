@@ -86,6 +86,10 @@ class NGramDraft:
     new_state = NGramState(tokens=history, end_index=state.end_index + num_valid)
     return proposals, lengths, new_state
 
+  def weights_per_call(self) -> tuple[int, int]:
+    """No weights: proposals come from the token history."""
+    return 0, 0
+
   def rewind(self, state: NGramState, end_index: jax.Array) -> NGramState:
     return state.replace(end_index=end_index.astype(jnp.int32))
 

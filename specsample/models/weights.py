@@ -64,3 +64,22 @@ def block_formats(model) -> set[str]:
 def weight_bytes(model) -> int:
   """Bytes of all the model's parameters as stored (what a decoding step streams, about)."""
   return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(model.params))
+
+
+def read_weights(params, skip=lambda path: False) -> tuple[int, int]:
+  """(count, bytes) of the weight matrices in `params` (floating leaves with two or more
+  axes, and GGUF block matrices) whose key path `skip(path)` (a tuple of names) rejects;
+  what a model's `weights_per_call` sums."""
+  count = nbytes = 0
+  leaves = jax.tree_util.tree_flatten_with_path(
+    params, is_leaf=lambda leaf: isinstance(leaf, BlockMatrix)
+  )[0]
+  for path, leaf in leaves:
+    names = tuple(str(getattr(key, "key", getattr(key, "name", key))) for key in path)
+    if skip(names):
+      continue
+    if isinstance(leaf, BlockMatrix):
+      count, nbytes = count + leaf.shape[0] * leaf.shape[1], nbytes + leaf.nbytes
+    elif _is_weight_matrix(leaf):
+      count, nbytes = count + leaf.size, nbytes + leaf.size * leaf.dtype.itemsize
+  return count, nbytes

@@ -23,6 +23,7 @@ from specsample.models.decoder_only.network import (
   init_params,
 )
 from specsample.models.layers import move_to_end, tree_attention
+from specsample.models.weights import read_weights
 
 
 @struct.dataclass
@@ -88,6 +89,13 @@ class DecoderOnly:
   ) -> tuple[jax.Array, DecoderOnlyState]:
     logits, caches = self._run(state.caches, tokens, state.end_index)
     return logits, state.replace(caches=caches, end_index=state.end_index + num_valid)
+
+  def weights_per_call(self) -> tuple[int, int]:
+    """(count, bytes) of the weights an `extend` call reads: every layer's and the output
+    layer's (the input embedding only when it is the tied output layer; otherwise its
+    rows are gathered)."""
+    tied = self.config.tie_word_embeddings
+    return read_weights(self.params, skip=lambda path: path[0] == "embed" and not tied)
 
   def rewind(self, state: DecoderOnlyState, end_index: jax.Array) -> DecoderOnlyState:
     return state.replace(end_index=end_index.astype(jnp.int32))

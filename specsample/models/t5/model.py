@@ -18,6 +18,7 @@ from specsample.core.tree import TreeLayout
 from specsample.models.layers import move_to_end, tree_attention
 from specsample.models.t5.config import T5Config
 from specsample.models.t5.network import KeysValues, T5Network
+from specsample.models.weights import read_weights
 
 
 @struct.dataclass
@@ -116,6 +117,20 @@ class T5:
     )
     caches = self._constrain_caches(caches)
     return logits, state.replace(caches=caches, end_index=state.end_index + num_valid)
+
+  def weights_per_call(self) -> tuple[int, int]:
+    """(count, bytes) of the weights a decoder `extend` call reads: the decoder's, less the
+    cross-attention keys/values (computed once from the encoder's output), and the token
+    embedding when it is the tied output layer."""
+
+    def skip(path: tuple[str, ...]) -> bool:
+      if path[0] == "encoder" or "relpos_bias" in path:  # relative-position tables: gathered
+        return True
+      if path[0] == "token_embedder":
+        return not self.config.tie_word_embeddings
+      return "encoder_decoder_attention" in path and path[-2] in ("key", "value")
+
+    return read_weights(self.params, skip)
 
   def rewind(self, state: T5State, end_index: jax.Array) -> T5State:
     return state.replace(end_index=end_index.astype(jnp.int32))
