@@ -12,6 +12,7 @@ from t5_helpers import tiny_config
 from specsample.bench import output, roofline
 from specsample.bench.pair import BenchSettings, bench_pair
 from specsample.kernels import blocks
+from specsample.models import MarkovLM
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.ngram import NGramDraft
@@ -42,6 +43,10 @@ def test_a_decoder_reads_its_layers_and_output_layer_not_its_gathered_embedding(
   assert NGramDraft.for_target(tied).weights_per_call() == (0, 0)
   behind = LookupThenModel.for_target(reduced, tied)
   assert behind.weights_per_call() == reduced.weights_per_call()
+  assert roofline.has_weights_per_call(behind) and roofline.has_weights_per_call(tied)
+  toy = MarkovLM.random(0, 64)  # no weights_per_call, nor a lookup in front of it
+  assert not roofline.has_weights_per_call(toy)
+  assert not roofline.has_weights_per_call(LookupThenModel.for_target(toy, tied))
 
 
 def test_block_matrices_count_their_weights_and_their_stored_bytes():

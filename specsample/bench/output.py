@@ -168,7 +168,7 @@ def phase_table(report: PairReport) -> list[str]:
 
 def roofline_table(report: PairReport) -> list[str]:
   """Weight traffic per token and each decoder's fraction of the memory and arithmetic
-  rooflines (`bench.roofline`), and r(k) against its roofline bound."""
+  rooflines (`bench.roofline`), and the target's k-row calls against their floors."""
   roofs, costs = report.roofs, report.costs
   lines = [
     f"Rooflines (`bench.roofline`; measured in this run: {roofs.bandwidth / 1e9:.1f} GB/s "

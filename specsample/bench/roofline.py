@@ -81,7 +81,13 @@ def measure_roofs(*, megabytes: int = 256, size: int = 2048, repeats: int = 7) -
 
 
 def has_weights_per_call(model) -> bool:
-  return callable(getattr(model, "weights_per_call", None))
+  """Whether the model says which weights a call reads (a wrapper, such as a lookup in
+  front of a draft, does only when what it wraps does)."""
+  try:
+    model.weights_per_call()
+  except AttributeError:
+    return False
+  return True
 
 
 def call_floor(count: int, nbytes: int, rows: int, roofs: Roofs) -> float:
