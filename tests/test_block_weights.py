@@ -1,4 +1,4 @@
-"""Weights kept in GGUF's blocks (specsample.kernels.blocks): Q8_0, Q4_0, Q4_1.
+"""Weights kept in GGUF's blocks (specsample.kernels.blocks): Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
 
 The kernel dequantizes each block in registers: its weights must be the gguf package's
 float32 dequantization bit for bit, its product the float32 transposed kernel's product of
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
-from test_gguf import SMALL, write_tiny
+from test_gguf import K_QUANT_SCALES, LARGE, SMALL, write_tiny
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.checkpoints import load_model
@@ -25,7 +25,7 @@ from specsample.kernels import blocks, small_k
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.weights import weight_bytes
 
-FORMATS = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1}
+FORMATS = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "q4_k": Q.Q4_K, "q6_k": Q.Q6_K}
 GREEDY = SamplingConfig(temperature=0.0)
 requires_kernel = pytest.mark.skipif(
   not small_k.kernel_available(), reason=str(small_k.why_not_available())
@@ -37,8 +37,19 @@ def _jit(function):
 
 
 def quantized(rng, n: int, d: int, format: str) -> tuple[blocks.BlockMatrix, np.ndarray]:
-  """A random [n, d] matrix quantized by the gguf package: (blocks, their float32 values)."""
-  raw = gguf.quants.quantize(rng.standard_normal((n, d)).astype(np.float32), FORMATS[format])
+  """A random [n, d] matrix quantized by the gguf package (random bits with small finite
+  float16 scales for the K-quants, which it cannot quantize): (blocks, their float32 values
+  by the gguf package)."""
+  qtype = FORMATS[format]
+  if qtype.name in K_QUANT_SCALES:
+    per_row = d // blocks.BLOCK_WEIGHTS[format]
+    raw = rng.integers(0, 256, (n, per_row, blocks.BLOCK_BYTES[format]), dtype=np.uint8)
+    for offset in K_QUANT_SCALES[qtype.name]:
+      halves = rng.uniform(1e-3, 2e-2, (n, per_row)).astype(np.float16)
+      raw[..., offset : offset + 2] = halves.view(np.uint8).reshape(n, per_row, 2)
+    raw = raw.reshape(n, -1)
+  else:
+    raw = gguf.quants.quantize(rng.standard_normal((n, d)).astype(np.float32), qtype)
   values = gguf.quants.dequantize(raw, FORMATS[format]).reshape(n, d).astype(np.float32)
   return blocks.from_numpy(raw, format), values
 
@@ -47,10 +58,13 @@ def quantized(rng, n: int, d: int, format: str) -> tuple[blocks.BlockMatrix, np.
 def test_dequantize_equals_the_gguf_package_on_any_bytes(format):
   # Random bytes: every scale float16 there is (subnormals, infinities, NaNs) and every q.
   rng = np.random.default_rng(0)
-  raw = rng.integers(0, 256, (40, 7 * blocks.BLOCK_BYTES[format]), dtype=np.uint8)
-  expected = gguf.quants.dequantize(raw, FORMATS[format]).reshape(40, 7 * 32)
+  per_row = 3 if format.endswith("_k") else 7
+  features = per_row * blocks.BLOCK_WEIGHTS[format]
+  raw = rng.integers(0, 256, (40, per_row * blocks.BLOCK_BYTES[format]), dtype=np.uint8)
+  with np.errstate(invalid="ignore"):  # inf * 0 scales
+    expected = gguf.quants.dequantize(raw, FORMATS[format]).reshape(40, features)
   matrix = blocks.from_numpy(raw, format)
-  assert matrix.shape == (40, 224) and matrix.nbytes == raw.size
+  assert matrix.shape == (40, features) and matrix.nbytes == raw.size
   np.testing.assert_array_equal(jax.jit(blocks.dequantize)(matrix), expected)
   ids = jnp.asarray([[3, 0], [39, 3]], jnp.int32)
   np.testing.assert_array_equal(jax.jit(blocks.take_rows)(matrix, ids), expected[np.asarray(ids)])
@@ -59,13 +73,14 @@ def test_dequantize_equals_the_gguf_package_on_any_bytes(format):
 @requires_kernel
 @pytest.mark.parametrize("format", list(FORMATS))
 def test_kernel_equals_the_float32_kernel_on_the_dequantized_weights(format, isa):
-  # n = 2001: thread splits and tiles' tails; d = 320: ten blocks per row.
+  # n = 2001: thread splits and tiles' tails; d: ten blocks of 32 or three of 256 per row.
   rng = np.random.default_rng(1)
-  matrix, values = quantized(rng, 2001, 320, format)
-  x = rng.standard_normal((blocks.BLOCK_ROW_LIMIT, 320)).astype(np.float32)
+  d = 768 if format.endswith("_k") else 320
+  matrix, values = quantized(rng, 2001, d, format)
+  x = rng.standard_normal((blocks.BLOCK_ROW_LIMIT, d)).astype(np.float32)
   product = _jit(blocks.matmul)
   hlo = jax.jit(blocks.matmul).lower(x[:5], matrix).as_text()
-  assert f"specsample_small_k_matmul_{format}" in hlo and "f32[2001,320]" not in hlo
+  assert f"specsample_small_k_matmul_{format}" in hlo and f"f32[2001,{d}]" not in hlo
   float32 = _jit(small_k.matmul_transposed)
   alone = np.concatenate([product(x[r : r + 1], matrix) for r in range(70)])
   for rows in (1, 2, 3, 4, 5, 7, 9, 13, 17, 32):
@@ -78,22 +93,25 @@ def test_kernel_equals_the_float32_kernel_on_the_dequantized_weights(format, isa
   np.testing.assert_array_equal(many[:70], alone)
   expected = x.astype(np.float64) @ values.astype(np.float64).T
   scale = np.abs(x.astype(np.float64)) @ np.abs(values.astype(np.float64)).T
-  assert (np.abs(many - expected) / scale).max() < 1e-6 * 320**0.5
+  assert (np.abs(many - expected) / scale).max() < 1e-6 * d**0.5
   # Leading axes are rows.
-  leading = product(x[:6].reshape(2, 3, 320), matrix)
+  leading = product(x[:6].reshape(2, 3, d), matrix)
   np.testing.assert_array_equal(leading, alone[:6].reshape(2, 3, -1))
 
 
-def test_what_the_kernel_does_not_take_goes_to_xla(monkeypatch):
+@pytest.mark.parametrize("format", ["q4_1", "q4_k", "q6_k"])
+def test_what_the_kernel_does_not_take_goes_to_xla(monkeypatch, format):
   rng = np.random.default_rng(2)
-  matrix, values = quantized(rng, 48, 64, "q4_1")
-  x = rng.standard_normal((blocks.BLOCK_ROW_LIMIT + 1, 64)).astype(np.float32)
+  d = 256 if format.endswith("_k") else 64
+  matrix, values = quantized(rng, 48, d, format)
+  x = rng.standard_normal((blocks.BLOCK_ROW_LIMIT + 1, d)).astype(np.float32)
+  expected = x @ values.T
+  tolerance = dict(rtol=1e-5, atol=1e-5 * np.abs(expected).max())
   assert "specsample_small_k" not in jax.jit(blocks.matmul).lower(x, matrix).as_text()
-  np.testing.assert_allclose(_jit(blocks.matmul)(x, matrix), x @ values.T, rtol=1e-5, atol=1e-4)
+  np.testing.assert_allclose(_jit(blocks.matmul)(x, matrix), expected, **tolerance)
   monkeypatch.setenv(small_k.ENV_VARIABLE, "xla")
   assert "specsample_small_k" not in jax.jit(blocks.matmul).lower(x[:3], matrix).as_text()
-  few = _jit(blocks.matmul)(x[:3], matrix)
-  np.testing.assert_allclose(few, x[:3] @ values.T, rtol=1e-5, atol=1e-4)
+  np.testing.assert_allclose(_jit(blocks.matmul)(x[:3], matrix), expected[:3], **tolerance)
 
 
 @requires_kernel
@@ -132,10 +150,11 @@ def _logits(model, tokens):
   return np.asarray(run(model, tokens))
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
 def test_a_gguf_model_keeps_its_blocks(tmp_path, qtype):
   path = tmp_path / "tiny.gguf"
-  write_tiny(path, qtype, s=SMALL)
+  shape = LARGE if qtype.name in K_QUANT_SCALES else SMALL  # K-quants: rows of 256 weights
+  write_tiny(path, qtype, s=shape)
   _, tensors = read_gguf(path, blocks=True)
   kept = {name for name, t in tensors.items() if isinstance(t, blocks.BlockMatrix)}
   assert len(kept) == 1 + 2 * 7  # the embedding and every projection; norms stay float32
@@ -146,7 +165,7 @@ def test_a_gguf_model_keeps_its_blocks(tmp_path, qtype):
   assert weight_bytes(compact) < 0.3 * weight_bytes(float32)
   # Q/K rows un-permuted as whole rows of blocks: the logits are the float32 model's (whose
   # weights are the same dequantized numbers), to float32 rounding of other sum orders.
-  tokens = jnp.asarray(np.random.default_rng(4).integers(3, 96, (2, 5)), jnp.int32)
+  tokens = jnp.asarray(np.random.default_rng(4).integers(3, shape["vocab"], (2, 5)), jnp.int32)
   ours, reference = _logits(compact, tokens), _logits(float32, tokens)
   np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
   assert np.array_equal(ours.argmax(-1), reference.argmax(-1))
@@ -154,13 +173,16 @@ def test_a_gguf_model_keeps_its_blocks(tmp_path, qtype):
     load_model(path, dtype="bfloat16", gguf_blocks=True)
 
 
-def test_speculative_greedy_equals_plain_greedy_with_blocks(tmp_path):
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+def test_speculative_greedy_equals_plain_greedy_with_blocks(tmp_path, qtype):
   path = tmp_path / "tiny.gguf"
-  write_tiny(path, Q.Q4_1, s=SMALL, seed=5)
+  shape = LARGE if qtype.name in K_QUANT_SCALES else SMALL
+  write_tiny(path, qtype, s=shape, seed=5)
   target = load_model(path, gguf_blocks=True)
+  assert target.params["blocks_0"]["up"]["kernel"].format == qtype.name.lower()
   draft = DecoderOnly.init_random(
     DecoderOnlyConfig(
-      vocab_size=96,
+      vocab_size=shape["vocab"],
       d_model=32,
       num_heads=2,
       num_kv_heads=1,
@@ -174,7 +196,7 @@ def test_speculative_greedy_equals_plain_greedy_with_blocks(tmp_path):
     seed=6,
   )
   rng = np.random.default_rng(7)
-  prompts = jnp.asarray(rng.integers(3, 96, (3, 8)), jnp.int32)
+  prompts = jnp.asarray(rng.integers(3, shape["vocab"], (3, 8)), jnp.int32)
   lengths = jnp.asarray([8, 3, 6], jnp.int32)
   common = dict(prompt_lengths=lengths, max_new_tokens=20, sampling=GREEDY)
   plain = generate(target, prompts, **common).sequences()

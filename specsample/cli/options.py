@@ -284,7 +284,7 @@ def compact_weights(args, *models):
   if gguf_blocks(args):
     if not block_formats(models[0]):
       raise UsageError(
-        "--weights gguf: the target has no Q8_0/Q4_0/Q4_1 matrices (it is not a GGUF "
+        "--weights gguf: the target has no Q8_0/Q4_0/Q4_1/Q4_K/Q6_K matrices (it is not a GGUF "
         "checkpoint of those types)"
       )
     return models

@@ -1,20 +1,25 @@
-"""Weight matrices in GGUF's block formats (Q8_0, Q4_0, Q4_1), kept as blocks in memory.
+"""Weight matrices in GGUF's block formats (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), kept as blocks.
 
-A GGUF file stores each row of an [out, in] matrix (one output's weights) as blocks of 32
-weights: a float16 scale d, for Q4_1 a float16 minimum m, and the quantized numbers q
-(int8 for Q8_0; 4 bits for Q4_x). Weight i of a block is d * q_i (Q8_0), d * (q_i - 8)
-(Q4_0) or d * q_i + m (Q4_1): 1.06, 0.56 and 0.63 bytes per weight, against 4 for float32.
-`BlockMatrix` holds such a matrix as the file has it (uint8 [out, in / 32 * block bytes]);
-`matmul(x, matrix)` is x @ W.T ([..., in] -> [..., out]).
+A GGUF file stores each row of an [out, in] matrix (one output's weights) as blocks: for
+Q8_0/Q4_0/Q4_1 32 weights each, a float16 scale d, for Q4_1 a float16 minimum m, and the
+quantized numbers q (int8 for Q8_0; 4 bits for Q4_x). Weight i of a block is d * q_i (Q8_0),
+d * (q_i - 8) (Q4_0) or d * q_i + m (Q4_1): 1.06, 0.56 and 0.63 bytes per weight, against 4
+for float32. The K-quants take 256 weights per block, in sub-blocks with their own scales:
+Q4_K (8 x 32 weights, 6-bit scales and minimums, (d * sc) * q - dmin * m, 0.56 bytes per
+weight) and Q6_K (16 x 16 weights, int8 scales, (d * sc) * (q - 32) for 6-bit q, 0.82 bytes
+per weight), what llama.cpp's Q4_K_M files hold. `BlockMatrix` holds such a matrix as the
+file has it (uint8 [out, in / weights per block * block bytes]); `matmul(x, matrix)` is
+x @ W.T ([..., in] -> [..., out]).
 
 On CPU, products of up to `BLOCK_ROW_LIMIT` rows go to the small-k kernel
 (small_k_matmul.h: the transposed kernel's tiles, each block dequantized in registers, in
 calls of up to small_k.MAX_ROWS rows): the weights it multiplies equal the gguf package's
-float32 dequantization bit for bit (d * q is exact in float32), its sums are those of the
-float32 transposed kernel (the product equals `small_k.matmul_transposed(x,
-dequantize(matrix))` bit for bit), and every row is summed as if alone, so plain decoding
-and verification agree. Elsewhere (more rows, other platforms, no kernel,
-SPECSAMPLE_MATMUL=xla) the matrix is dequantized with jnp and multiplied by XLA.
+float32 dequantization bit for bit (computed as the gguf package does: d * q exact for
+Q8_0/Q4_x and Q4_K, (d * sc) * q rounded once for Q6_K), its sums are those of the float32
+transposed kernel (the product equals `small_k.matmul_transposed(x, dequantize(matrix))`
+bit for bit), and every row is summed as if alone, so plain decoding and verification
+agree. Elsewhere (more rows, other platforms, no kernel, SPECSAMPLE_MATMUL=xla) the matrix
+is dequantized with jnp and multiplied by XLA.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ import numpy as np
 
 from specsample.kernels import small_k
 
-BLOCK_WEIGHTS = 32  # weights per block, in every format here
-BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}  # bytes per block (ggml's block_q*)
+BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q4_k": 144, "q6_k": 210}  # ggml's block_q*
+BLOCK_WEIGHTS = {"q8_0": 32, "q4_0": 32, "q4_1": 32, "q4_k": 256, "q6_k": 256}  # per block
 FORMATS = tuple(BLOCK_BYTES)
 # The most rows a product takes the kernel with (in calls of small_k.MAX_ROWS rows): up to
 # here the kernel beats dequantizing for XLA, and a verification call of a batch stays
@@ -45,8 +50,8 @@ _TARGET = "specsample_small_k_matmul_"  # + format
 class BlockMatrix:
   """An [out, in] weight matrix in a GGUF block format, as the file stores it.
 
-  blocks: uint8 [out, in / 32 * BLOCK_BYTES[format]] (numpy or jax), each row of the
-  matrix its blocks in order; format: "q8_0", "q4_0" or "q4_1".
+  blocks: uint8 [out, in / BLOCK_WEIGHTS[format] * BLOCK_BYTES[format]] (numpy or jax), each
+  row of the matrix its blocks in order; format: one of FORMATS ("q8_0", ..., "q6_k").
   """
 
   blocks: jax.Array  # a pytree leaf
@@ -58,7 +63,8 @@ class BlockMatrix:
     shape = getattr(self.blocks, "shape", None)  # None: a placeholder leaf (jax.tree ops)
     if shape is not None and (len(shape) != 2 or shape[1] % BLOCK_BYTES[self.format]):
       raise ValueError(
-        f"{self.format} blocks: expected uint8 [out, in / 32 * {BLOCK_BYTES[self.format]}], "
+        f"{self.format} blocks: expected uint8 [out, in / {BLOCK_WEIGHTS[self.format]} * "
+        f"{BLOCK_BYTES[self.format]}], "
         f"got shape {tuple(shape)}"
       )
 
@@ -66,7 +72,7 @@ class BlockMatrix:
   def shape(self) -> tuple[int, int]:
     """(out, in): the matrix's shape, as a float array of it would have."""
     out, row_bytes = self.blocks.shape
-    return out, row_bytes // BLOCK_BYTES[self.format] * BLOCK_WEIGHTS
+    return out, row_bytes // BLOCK_BYTES[self.format] * BLOCK_WEIGHTS[self.format]
 
   @property
   def nbytes(self) -> int:
@@ -85,18 +91,48 @@ def dequantize(matrix: BlockMatrix) -> jax.Array:
 
 
 def dequantize_rows(blocks: jax.Array, format: str) -> jax.Array:
-  """uint8 [..., in / 32 * block bytes] rows of blocks -> float32 [..., in]."""
+  """uint8 [..., in / weights per block * block bytes] rows of blocks -> float32 [..., in]."""
   size = BLOCK_BYTES[format]
   *lead, row_bytes = blocks.shape
   b = jnp.asarray(blocks).reshape(*lead, row_bytes // size, size)  # [..., blocks, bytes]
-  d = _halves(b, 0)
-  if format == "q8_0":
-    values = d * jax.lax.bitcast_convert_type(b[..., 2:], jnp.int8).astype(jnp.float32)
+  if format == "q4_k":
+    values = _q4_k_values(b)
+  elif format == "q6_k":
+    values = _q6_k_values(b)
+  elif format == "q8_0":
+    values = _halves(b, 0) * jax.lax.bitcast_convert_type(b[..., 2:], jnp.int8).astype(jnp.float32)
   else:
+    d = _halves(b, 0)
     packed = b[..., 4:] if format == "q4_1" else b[..., 2:]  # [..., blocks, 16]
     q = jnp.concatenate([packed & 0xF, packed >> 4], axis=-1).astype(jnp.float32)
     values = d * q + _halves(b, 2) if format == "q4_1" else d * (q - 8.0)
-  return values.reshape(*lead, row_bytes // size * BLOCK_WEIGHTS)
+  return values.reshape(*lead, row_bytes // size * BLOCK_WEIGHTS[format])
+
+
+def _q4_k_values(b: jax.Array) -> jax.Array:
+  """Q4_K blocks uint8 [..., 144] -> float32 [..., 256] (gguf's Q4_K.dequantize_blocks)."""
+  packed = b[..., 4:16].astype(jnp.int32)  # the 6-bit scales and minimums
+  low, mid, high = packed[..., 0:4], packed[..., 4:8], packed[..., 8:12]
+  sc = jnp.concatenate([low & 63, (high & 0xF) | ((low >> 2) & 0x30)], axis=-1)  # [..., 8]
+  mins = jnp.concatenate([mid & 63, (high >> 4) | ((mid >> 2) & 0x30)], axis=-1)  # [..., 8]
+  scale = (_halves(b, 0) * sc.astype(jnp.float32))[..., None]  # [..., 8, 1], exact
+  minimum = (_halves(b, 2) * mins.astype(jnp.float32))[..., None]
+  qs = b[..., 16:].reshape(*b.shape[:-1], 4, 1, 32)  # chunks of 32 bytes: low, high nibbles
+  q = jnp.concatenate([qs & 0xF, qs >> 4], axis=-2).reshape(*b.shape[:-1], 8, 32)
+  return (scale * q.astype(jnp.float32) - minimum).reshape(*b.shape[:-1], 256)
+
+
+def _q6_k_values(b: jax.Array) -> jax.Array:
+  """Q6_K blocks uint8 [..., 210] -> float32 [..., 256] (gguf's Q6_K.dequantize_blocks)."""
+  lead = b.shape[:-1]
+  ql = b[..., 0:128].reshape(*lead, 2, 64)  # per half of 128 weights
+  qh = b[..., 128:192].reshape(*lead, 2, 32)
+  low = jnp.concatenate([ql & 0xF, ql >> 4], axis=-1)  # [..., 2, 128]
+  high = jnp.concatenate([(qh >> s) & 3 for s in (0, 2, 4, 6)], axis=-1)  # [..., 2, 128]
+  q = (low | (high << 4)).astype(jnp.int32) - 32
+  sc = jax.lax.bitcast_convert_type(b[..., 192:208], jnp.int8).astype(jnp.float32)  # [..., 16]
+  scale = (_halves(b, 208) * sc)[..., None]  # [..., 16, 1], exact
+  return (scale * q.reshape(*lead, 16, 16).astype(jnp.float32)).reshape(*lead, 256)
 
 
 def take_rows(matrix: BlockMatrix, ids: jax.Array) -> jax.Array:

@@ -4,7 +4,7 @@
 //   "specsample_small_k_matmul_transposed": x f32 [k, d], e f32 [n, d] -> y f32 [k, n]
 // and the same with bfloat16 weights ("..._bf16": w bf16 [d, n], e bf16 [n, d]), and the
 // transposed product with e in GGUF blocks ("..._q8_0", "..._q4_0", "..._q4_1": u8 [n,
-// d / 32 * block bytes]),
+// d / 32 * block bytes]; "..._q4_k", "..._q6_k": u8 [n, d / 256 * block bytes]),
 // with 1 <= k <= kMaxRows, the work split over XLA's intra-op thread pool, and the kernels
 // of one instruction set: the best this CPU has, or the one small_k.py asks for
 // (SpecsampleSmallKMatmulUseIsa, from the environment variable SPECSAMPLE_SMALL_K_ISA).
@@ -208,18 +208,20 @@ ffi::Error SmallKMatmulTransposed(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   return ffi::Error::Success();
 }
 
-// y [k, n] = x [k, d] @ e.T for e [n, d] in GGUF blocks B: `blocks` u8 [n, d / 32 *
-// sizeof(B)], each row of e as the file stores it (TransposedProduct).
+// y [k, n] = x [k, d] @ e.T for e [n, d] in GGUF blocks B: `blocks` u8 [n, d / kWeightsPer<B>
+// * sizeof(B)], each row of e as the file stores it (TransposedProduct).
 template <typename B>
 ffi::Error SmallKMatmulBlocks(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                               ffi::Buffer<ffi::U8> blocks, ffi::ResultBuffer<ffi::F32> y) {
   const auto x_dims = x.dimensions();
   const auto b_dims = blocks.dimensions();
-  if (x_dims.size() != 2 || b_dims.size() != 2 || x_dims[1] % kBlockWeights != 0 ||
-      b_dims[1] != x_dims[1] / kBlockWeights * static_cast<int64_t>(sizeof(B))) {
+  constexpr int64_t kWeights = kWeightsPer<B>;
+  if (x_dims.size() != 2 || b_dims.size() != 2 || x_dims[1] % kWeights != 0 ||
+      b_dims[1] != x_dims[1] / kWeights * static_cast<int64_t>(sizeof(B))) {
     return ffi::Error::InvalidArgument(
-        "small_k_matmul_blocks: expected x [k, d] (d a multiple of 32) and blocks "
-        "[n, d / 32 * " + std::to_string(sizeof(B)) + "]");
+        "small_k_matmul_blocks: expected x [k, d] (d a multiple of " + std::to_string(kWeights) +
+        ") and blocks [n, d / " + std::to_string(kWeights) + " * " + std::to_string(sizeof(B)) +
+        "]");
   }
   const int64_t k = x_dims[0], d = x_dims[1], n = b_dims[0];
   const Isa isa = ActiveIsa().load(std::memory_order_relaxed);
@@ -270,6 +272,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmulTransposedBf16, specsample::
 SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ8_0, specsample::BlockQ8_0)
 SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ4_0, specsample::BlockQ4_0)
 SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ4_1, specsample::BlockQ4_1)
+SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ4_K, specsample::BlockQ4_K)
+SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ6_K, specsample::BlockQ6_K)
 #undef SPECSAMPLE_BLOCK_HANDLER
 
 // The instruction sets this CPU can run the kernels with, as bits 1 << Isa (Isa::kAvx2 = 1,

@@ -2,8 +2,8 @@
 //
 // x: float32 [k, d] (k <= kMaxRows), w: float32 or bfloat16 [d, n] (row-major, as Flax
 // stores kernels), y: float32 [k, n]. The transposed product (y = x @ e.T, e [n, d]) also
-// takes e in GGUF's Q8_0, Q4_0 and Q4_1 blocks (below), dequantized in registers. bfloat16 weights stay bfloat16 in memory (half the
-// bytes to stream) and are widened to float32 in registers, which is exact; the sums are
+// takes e in GGUF's Q8_0, Q4_0, Q4_1, Q4_K and Q6_K blocks (below), dequantized in
+// registers. bfloat16 weights stay bfloat16 in memory (half the bytes to stream) and are widened to float32 in registers, which is exact; the sums are
 // float32 either way, in the same order, so a bfloat16 product equals the float32 product
 // of the same (widened) weights bit for bit. At small k each weight is used k times after it is loaded, so the
 // product is as fast as the weights can be streamed from memory, if (1) the weights are read
@@ -87,12 +87,37 @@ struct BlockQ4_1 {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20,
               "GGUF blocks are packed");
 
+// GGUF's K-quant super-blocks (ggml's block_q4_K, block_q6_K): 256 weights of a row each.
+// Q4_K: 8 sub-blocks of 32 weights, each with a 6-bit scale and a 6-bit minimum packed in
+// `scales` (gguf's Q4_K.get_scale_min); weight i of sub-block j is (d * sc_j) * q_i -
+// dmin * m_j, q_i 4 bits, from 32-byte chunks of qs: low nibbles for even j, high for odd.
+// Q6_K: 16 groups of 16 weights, each with an int8 scale; weight w is (d * sc_{w/16}) *
+// (q_w - 32), q_w 6 bits: 4 in ql, 2 in qh. d * sc is exact in float32 (11 x 6 or 8 bits),
+// d * sc * q_i exact for Q4_K and rounded once for Q6_K, as the gguf package computes it.
+constexpr int64_t kSuperBlockWeights = 256;
+struct BlockQ4_K {
+  Half d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[kSuperBlockWeights / 2];
+};
+struct BlockQ6_K {
+  uint8_t ql[kSuperBlockWeights / 2];  // low 4 bits
+  uint8_t qh[kSuperBlockWeights / 4];  // high 2 bits
+  int8_t scales[kSuperBlockWeights / 16];
+  Half d;
+};
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "GGUF blocks are packed");
+
 // Whether W is one of the block formats, and how many weights one W holds.
 template <typename W>
-constexpr bool kIsBlock = std::is_same_v<W, BlockQ8_0> || std::is_same_v<W, BlockQ4_0> ||
-                          std::is_same_v<W, BlockQ4_1>;
+constexpr bool kIsSuperBlock = std::is_same_v<W, BlockQ4_K> || std::is_same_v<W, BlockQ6_K>;
 template <typename W>
-constexpr int64_t kWeightsPer = kIsBlock<W> ? kBlockWeights : 1;
+constexpr bool kIsBlock = std::is_same_v<W, BlockQ8_0> || std::is_same_v<W, BlockQ4_0> ||
+                          std::is_same_v<W, BlockQ4_1> || kIsSuperBlock<W>;
+template <typename W>
+constexpr int64_t kWeightsPer = kIsSuperBlock<W> ? kSuperBlockWeights
+                                : kIsBlock<W>    ? kBlockWeights
+                                                 : 1;
 
 struct Tuning {
   int64_t strip_rows;      // rows of w consumed between loads/stores of the running sums
@@ -133,6 +158,14 @@ struct Lanes<16> {
     v = high ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(0xF));
     return _mm512_cvtepi32_ps(v);
   }
+  // Q6_K's 16 values (ql's low or high nibble | bits shift..shift+1 of qh << 4) - 32.
+  SPECSAMPLE_LANES_OP V LoadSixBits(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
+    __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql)));
+    lo = high ? _mm512_srli_epi32(lo, 4) : _mm512_and_si512(lo, _mm512_set1_epi32(0xF));
+    __m512i hi = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh)));
+    hi = _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(hi, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(3)), 4);
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(lo, hi), _mm512_set1_epi32(32)));
+  }
   SPECSAMPLE_LANES_OP void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
   SPECSAMPLE_LANES_OP void Store(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
   SPECSAMPLE_LANES_OP V Add(V a, V b) { return _mm512_add_ps(a, b); }
@@ -168,6 +201,14 @@ struct Lanes<8> {
     __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     v = high ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(0xF));
     return _mm256_cvtepi32_ps(v);
+  }
+  // Q6_K's 8 values (ql's low or high nibble | bits shift..shift+1 of qh << 4) - 32.
+  SPECSAMPLE_LANES_OP V LoadSixBits(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
+    __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ql)));
+    lo = high ? _mm256_srli_epi32(lo, 4) : _mm256_and_si256(lo, _mm256_set1_epi32(0xF));
+    __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qh)));
+    hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(hi, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(3)), 4);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(lo, hi), _mm256_set1_epi32(32)));
   }
   SPECSAMPLE_LANES_OP void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
   SPECSAMPLE_LANES_OP void Store(float* p, Mask m, V v) { _mm256_maskstore_ps(p, m, v); }

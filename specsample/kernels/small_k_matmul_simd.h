@@ -14,7 +14,7 @@
 // Include nothing here (this is inside a namespace): small_k_matmul.h includes it all.
 //
 // The weights (w, e) are float or Bf16 (W below), and e also a GGUF block format (BlockQ8_0,
-// BlockQ4_0, BlockQ4_1); x and y are float32 always.
+// BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ6_K); x and y are float32 always.
 
 // The first `left` weights at p (all L when left >= L) widened to float32, zeros in the
 // other lanes; reads nothing past them.
@@ -163,41 +163,101 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline void DotTile(const float* 
     for (int j = 0; j < J; ++j) y[r * ldy + j] = Vec::Sum(acc[r][j]);
 }
 
-// The L weights s * L .. s * L + L - 1 of a GGUF block as float32 (L divides 32), given
-// the block's scale d (and minimum m) broadcast: the gguf package's values exactly.
-SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::V Dequantize(
-    const BlockQ8_0& b, typename Vec::V d, typename Vec::V /*m*/, int s) {
-  return Vec::Mul(d, Vec::LoadInt8(b.qs + s * Vec::kLanes));
-}
-SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::V Dequantize(
-    const BlockQ4_0& b, typename Vec::V d, typename Vec::V /*m*/, int s) {
-  const int first = s * Vec::kLanes;  // weights 0..15: low nibbles; 16..31: high nibbles
-  const typename Vec::V q = Vec::LoadNibbles(b.qs + first % 16, first >= 16);
-  return Vec::Mul(d, Vec::Add(q, Vec::Broadcast(-8.0f)));
-}
-SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::V Dequantize(
-    const BlockQ4_1& b, typename Vec::V d, typename Vec::V m, int s) {
-  const int first = s * Vec::kLanes;
-  // d * q is exact, so the fused multiply-add rounds once, as d * q + m does.
-  return Vec::MulAdd(d, Vec::LoadNibbles(b.qs + first % 16, first >= 16), m);
-}
 SPECSAMPLE_SIMD __attribute__((always_inline)) inline float ToFloat(Half h) {
   return _cvtsh_ss(h);  // exact
 }
-SPECSAMPLE_SIMD __attribute__((always_inline)) inline float MinimumOf(const BlockQ4_1& b) {
-  return ToFloat(b.m);
-}
-template <typename B>
-SPECSAMPLE_SIMD __attribute__((always_inline)) inline float MinimumOf(const B&) {
-  return 0.0f;
-}
 
-// DotTile for e in GGUF blocks (d a multiple of 32): the same sums in the same order (each
-// pair (r, j) in one vector, over the row in steps of L), so the product equals DotTile's
-// on the dequantized float32 weights bit for bit. Each block of e is dequantized once per
-// tile, into the R rows' sums; x is read from L1 by the multiply-adds (no registers held),
-// so a tile takes up to kBlockTileRows rows.
-// xp: the tile's R rows of x packed by block, [d / 32][R][32] (one pointer, constant
+// Reads one GGUF block of e in steps of L weights: Step(s) is weights s * L .. s * L + L - 1
+// of the block as float32 (L divides 32), the gguf package's values exactly. The block's
+// constants (scales, minimums) are decoded once, when the reader is made.
+template <typename B>
+struct BlockReader;
+
+template <>
+struct BlockReader<BlockQ8_0> {
+  const BlockQ8_0& b;
+  typename Vec::V d;
+  SPECSAMPLE_SIMD __attribute__((always_inline)) explicit BlockReader(const BlockQ8_0& block)
+      : b(block), d(Vec::Broadcast(ToFloat(block.d))) {}
+  SPECSAMPLE_SIMD __attribute__((always_inline)) typename Vec::V Step(int s) const {
+    return Vec::Mul(d, Vec::LoadInt8(b.qs + s * Vec::kLanes));
+  }
+};
+
+template <>
+struct BlockReader<BlockQ4_0> {
+  const BlockQ4_0& b;
+  typename Vec::V d;
+  SPECSAMPLE_SIMD __attribute__((always_inline)) explicit BlockReader(const BlockQ4_0& block)
+      : b(block), d(Vec::Broadcast(ToFloat(block.d))) {}
+  SPECSAMPLE_SIMD __attribute__((always_inline)) typename Vec::V Step(int s) const {
+    const int first = s * Vec::kLanes;  // weights 0..15: low nibbles; 16..31: high nibbles
+    const typename Vec::V q = Vec::LoadNibbles(b.qs + first % 16, first >= 16);
+    return Vec::Mul(d, Vec::Add(q, Vec::Broadcast(-8.0f)));
+  }
+};
+
+template <>
+struct BlockReader<BlockQ4_1> {
+  const BlockQ4_1& b;
+  typename Vec::V d, m;
+  SPECSAMPLE_SIMD __attribute__((always_inline)) explicit BlockReader(const BlockQ4_1& block)
+      : b(block), d(Vec::Broadcast(ToFloat(block.d))), m(Vec::Broadcast(ToFloat(block.m))) {}
+  SPECSAMPLE_SIMD __attribute__((always_inline)) typename Vec::V Step(int s) const {
+    const int first = s * Vec::kLanes;
+    // d * q is exact, so the fused multiply-add rounds once, as d * q + m does.
+    return Vec::MulAdd(d, Vec::LoadNibbles(b.qs + first % 16, first >= 16), m);
+  }
+};
+
+template <>
+struct BlockReader<BlockQ4_K> {
+  const BlockQ4_K& b;
+  float scale[8], minus_minimum[8];  // per sub-block of 32: d * sc_j, -(dmin * m_j)
+  SPECSAMPLE_SIMD __attribute__((always_inline)) explicit BlockReader(const BlockQ4_K& block)
+      : b(block) {
+    const float d = ToFloat(block.d), dmin = ToFloat(block.dmin);
+    const uint8_t* q = block.scales;  // 6-bit scales and minimums, packed
+    for (int j = 0; j < 8; ++j) {
+      const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+      const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+      scale[j] = d * static_cast<float>(sc);            // exact
+      minus_minimum[j] = -(dmin * static_cast<float>(m));  // exact
+    }
+  }
+  SPECSAMPLE_SIMD __attribute__((always_inline)) typename Vec::V Step(int s) const {
+    const int first = s * Vec::kLanes, j = first / 32;  // sub-block j: chunk j / 2 of qs
+    const typename Vec::V q = Vec::LoadNibbles(b.qs + (j / 2) * 32 + first % 32, j % 2);
+    // (d * sc) * q is exact, so the fused multiply-add rounds once, as d * q - dm does.
+    return Vec::MulAdd(Vec::Broadcast(scale[j]), q, Vec::Broadcast(minus_minimum[j]));
+  }
+};
+
+template <>
+struct BlockReader<BlockQ6_K> {
+  const BlockQ6_K& b;
+  float scale[16];  // per group of 16 weights: d * sc (exact)
+  SPECSAMPLE_SIMD __attribute__((always_inline)) explicit BlockReader(const BlockQ6_K& block)
+      : b(block) {
+    const float d = ToFloat(block.d);
+    for (int g = 0; g < 16; ++g) scale[g] = d * static_cast<float>(block.scales[g]);
+  }
+  SPECSAMPLE_SIMD __attribute__((always_inline)) typename Vec::V Step(int s) const {
+    // Weight w: half h = w / 128; in it, quarter t = (w % 128) / 32 takes ql[h * 64 + (t % 2)
+    // * 32 + l] (low nibble for t < 2, high after) and bits 2t, 2t + 1 of qh[h * 32 + l].
+    const int w = s * Vec::kLanes, h = w / 128, t = (w % 128) / 32, l = w % 32;
+    const typename Vec::V q =
+        Vec::LoadSixBits(b.ql + h * 64 + (t % 2) * 32 + l, t >= 2, b.qh + h * 32 + l, 2 * t);
+    return Vec::Mul(Vec::Broadcast(scale[w / 16]), q);  // rounded once, as gguf's d * q
+  }
+};
+
+// DotTile for e in GGUF blocks (d a multiple of the block's weights): the same sums in the
+// same order (each pair (r, j) in one vector, over the row in steps of L), so the product
+// equals DotTile's on the dequantized float32 weights bit for bit. Each block of e is
+// dequantized once per tile, into the R rows' sums; x is read from L1 by the multiply-adds
+// (no registers held), so a tile takes up to kBlockTileRows rows.
+// xp: the tile's R rows of x packed by 32 weights, [d / 32][R][32] (one pointer, constant
 // offsets: no registers held for row addresses).
 template <int R, int J, typename B>
 SPECSAMPLE_SIMD __attribute__((always_inline)) inline void BlockDotTile(const float* xp,
@@ -205,22 +265,25 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline void BlockDotTile(const fl
                                                                         float* y, int64_t ldy,
                                                                         int64_t prefetch_bytes) {
   constexpr int L = Vec::kLanes;
-  constexpr int kSteps = kBlockWeights / L;
-  const int64_t blocks = d / kBlockWeights;
+  constexpr int kSteps = kWeightsPer<B> / L;
+  constexpr int kStepsPer32 = kBlockWeights / L;  // steps per 32 weights of packed x
+  const int64_t blocks = d / kWeightsPer<B>;
   typename Vec::V acc[R][J];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < J; ++j) acc[r][j] = Vec::Zero();
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* xb = xp + b * R * kBlockWeights;
+    const float* xb = xp + b * R * kWeightsPer<B>;
     for (int j = 0; j < J; ++j) {
       const B& block = e[j * blocks + b];
-      _mm_prefetch(reinterpret_cast<const char*>(&block) + prefetch_bytes, _MM_HINT_T1);
-      const typename Vec::V scale = Vec::Broadcast(ToFloat(block.d));
-      const typename Vec::V minimum = Vec::Broadcast(MinimumOf(block));
+      for (int64_t line = 0; line < static_cast<int64_t>(sizeof(B)); line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(&block) + line + prefetch_bytes, _MM_HINT_T1);
+      const BlockReader<B> reader(block);
+#pragma GCC unroll 32  // constant offsets and lanes in every step
       for (int s = 0; s < kSteps; ++s) {
-        const typename Vec::V ev = Dequantize(block, scale, minimum, s);
+        const typename Vec::V ev = reader.Step(s);
+        const float* xs = xb + (s / kStepsPer32) * R * kBlockWeights + (s % kStepsPer32) * L;
         for (int r = 0; r < R; ++r)
-          acc[r][j] = Vec::MulAdd(Vec::Load(xb + r * kBlockWeights + s * L), ev, acc[r][j]);
+          acc[r][j] = Vec::MulAdd(Vec::Load(xs + r * kBlockWeights), ev, acc[r][j]);
       }
     }
   }
