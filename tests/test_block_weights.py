@@ -1,4 +1,4 @@
-"""Weights kept in GGUF's blocks (specsample.kernels.blocks): Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
+"""GGUF's blocks kept (specsample.kernels.blocks): Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K.
 
 The kernel dequantizes each block in registers: its weights must be the gguf package's
 float32 dequantization bit for bit, its product the float32 transposed kernel's product of
@@ -25,7 +25,14 @@ from specsample.kernels import blocks, small_k
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.weights import weight_bytes
 
-FORMATS = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "q4_k": Q.Q4_K, "q6_k": Q.Q6_K}
+FORMATS = {
+  "q8_0": Q.Q8_0,
+  "q4_0": Q.Q4_0,
+  "q4_1": Q.Q4_1,
+  "q5_0": Q.Q5_0,
+  "q4_k": Q.Q4_K,
+  "q6_k": Q.Q6_K,
+}
 GREEDY = SamplingConfig(temperature=0.0)
 requires_kernel = pytest.mark.skipif(
   not small_k.kernel_available(), reason=str(small_k.why_not_available())
@@ -126,7 +133,7 @@ def test_accelerator_lowerings_dequantize_for_xla():
 
 def test_bad_blocks_are_refused():
   with pytest.raises(ValueError, match="block format must be one of"):
-    blocks.BlockMatrix(np.zeros((2, 34), np.uint8), "q5_0")
+    blocks.BlockMatrix(np.zeros((2, 34), np.uint8), "q5_1")
   with pytest.raises(ValueError, match=r"expected uint8 \[out, in / 32 \* 20\]"):
     blocks.BlockMatrix(np.zeros((2, 30), np.uint8), "q4_1")
   with pytest.raises(ValueError, match="must be uint8"):
@@ -150,7 +157,7 @@ def _logits(model, tokens):
   return np.asarray(run(model, tokens))
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", list(FORMATS.values()), ids=lambda q: q.name)
 def test_a_gguf_model_keeps_its_blocks(tmp_path, qtype):
   path = tmp_path / "tiny.gguf"
   shape = LARGE if qtype.name in K_QUANT_SCALES else SMALL  # K-quants: rows of 256 weights

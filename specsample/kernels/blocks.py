@@ -1,25 +1,26 @@
-"""Weight matrices in GGUF's block formats (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), kept as blocks.
+"""Weight matrices in GGUF's block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K), as blocks.
 
 A GGUF file stores each row of an [out, in] matrix (one output's weights) as blocks: for
-Q8_0/Q4_0/Q4_1 32 weights each, a float16 scale d, for Q4_1 a float16 minimum m, and the
-quantized numbers q (int8 for Q8_0; 4 bits for Q4_x). Weight i of a block is d * q_i (Q8_0),
-d * (q_i - 8) (Q4_0) or d * q_i + m (Q4_1): 1.06, 0.56 and 0.63 bytes per weight, against 4
-for float32. The K-quants take 256 weights per block, in sub-blocks with their own scales:
-Q4_K (8 x 32 weights, 6-bit scales and minimums, (d * sc) * q - dmin * m, 0.56 bytes per
-weight) and Q6_K (16 x 16 weights, int8 scales, (d * sc) * (q - 32) for 6-bit q, 0.82 bytes
-per weight), what llama.cpp's Q4_K_M files hold. `BlockMatrix` holds such a matrix as the
-file has it (uint8 [out, in / weights per block * block bytes]); `matmul(x, matrix)` is
-x @ W.T ([..., in] -> [..., out]).
+Q8_0/Q4_0/Q4_1/Q5_0 32 weights each, a float16 scale d, for Q4_1 a float16 minimum m, and
+the quantized numbers q (int8 for Q8_0; 4 bits for Q4_x; 5 for Q5_0). Weight i of a block
+is d * q_i (Q8_0), d * (q_i - 8) (Q4_0), d * q_i + m (Q4_1) or d * (q_i - 16) (Q5_0):
+1.06, 0.56, 0.63 and 0.69 bytes per weight, against 4 for float32 (Q5_0 is what K-quant
+files use for rows that are not multiples of 256). The K-quants take 256 weights per
+block, in sub-blocks with their own scales: Q4_K (8 x 32 weights, 6-bit scales and
+minimums, (d * sc) * q - dmin * m, 0.56 bytes per weight) and Q6_K (16 x 16 weights, int8
+scales, (d * sc) * (q - 32) for 6-bit q, 0.82 bytes per weight), what llama.cpp's Q4_K_M
+files hold. `BlockMatrix` holds such a matrix as the file has it (uint8 [out, in / weights
+per block * block bytes]); `matmul(x, matrix)` is x @ W.T ([..., in] -> [..., out]).
 
 On CPU, products of up to `BLOCK_ROW_LIMIT` rows go to the small-k kernel
 (small_k_matmul.h: the transposed kernel's tiles, each block dequantized in registers, in
 calls of up to small_k.MAX_ROWS rows): the weights it multiplies equal the gguf package's
 float32 dequantization bit for bit (computed as the gguf package does: d * q exact for
-Q8_0/Q4_x and Q4_K, (d * sc) * q rounded once for Q6_K), its sums are those of the float32
-transposed kernel (the product equals `small_k.matmul_transposed(x, dequantize(matrix))`
-bit for bit), and every row is summed as if alone, so plain decoding and verification
-agree. Elsewhere (more rows, other platforms, no kernel, SPECSAMPLE_MATMUL=xla) the matrix
-is dequantized with jnp and multiplied by XLA.
+Q8_0/Q4_x/Q5_0 and Q4_K, (d * sc) * q rounded once for Q6_K), its sums are those of the
+float32 transposed kernel (the product equals `small_k.matmul_transposed(x,
+dequantize(matrix))` bit for bit), and every row is summed as if alone, so plain decoding
+and verification agree. Elsewhere (more rows, other platforms, no kernel,
+SPECSAMPLE_MATMUL=xla) the matrix is dequantized with jnp and multiplied by XLA.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ import numpy as np
 
 from specsample.kernels import small_k
 
-BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q4_k": 144, "q6_k": 210}  # ggml's block_q*
-BLOCK_WEIGHTS = {"q8_0": 32, "q4_0": 32, "q4_1": 32, "q4_k": 256, "q6_k": 256}  # per block
+# Bytes (ggml's block_q*) and weights per block.
+BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q4_k": 144, "q6_k": 210}
+BLOCK_WEIGHTS = {"q8_0": 32, "q4_0": 32, "q4_1": 32, "q5_0": 32, "q4_k": 256, "q6_k": 256}
 FORMATS = tuple(BLOCK_BYTES)
 # The most rows a product takes the kernel with (in calls of small_k.MAX_ROWS rows): up to
 # here the kernel beats dequantizing for XLA, and a verification call of a batch stays
@@ -99,6 +101,8 @@ def dequantize_rows(blocks: jax.Array, format: str) -> jax.Array:
     values = _q4_k_values(b)
   elif format == "q6_k":
     values = _q6_k_values(b)
+  elif format == "q5_0":
+    values = _halves(b, 0) * _q5_0_values(b)
   elif format == "q8_0":
     values = _halves(b, 0) * jax.lax.bitcast_convert_type(b[..., 2:], jnp.int8).astype(jnp.float32)
   else:
@@ -107,6 +111,17 @@ def dequantize_rows(blocks: jax.Array, format: str) -> jax.Array:
     q = jnp.concatenate([packed & 0xF, packed >> 4], axis=-1).astype(jnp.float32)
     values = d * q + _halves(b, 2) if format == "q4_1" else d * (q - 8.0)
   return values.reshape(*lead, row_bytes // size * BLOCK_WEIGHTS[format])
+
+
+def _q5_0_values(b: jax.Array) -> jax.Array:
+  """Q5_0 blocks uint8 [..., 22] -> q - 16 as float32 [..., 32] (gguf's Q5_0)."""
+  high_bits = b[..., 2:6].astype(jnp.uint32)  # qh, little-endian: bit i for weight i
+  qh = high_bits[..., 0] | high_bits[..., 1] << 8 | high_bits[..., 2] << 16
+  qh = qh | high_bits[..., 3] << 24
+  fifth = (qh[..., None] >> jnp.arange(32, dtype=jnp.uint32)) & 1  # [..., 32]
+  packed = b[..., 6:]  # [..., 16]
+  low = jnp.concatenate([packed & 0xF, packed >> 4], axis=-1).astype(jnp.uint32)
+  return ((low | fifth << 4).astype(jnp.int32) - 16).astype(jnp.float32)
 
 
 def _q4_k_values(b: jax.Array) -> jax.Array:

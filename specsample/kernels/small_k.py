@@ -67,6 +67,7 @@ _SYMBOLS = {
   _TARGET + "_q8_0": "SpecsampleSmallKMatmulQ8_0",
   _TARGET + "_q4_0": "SpecsampleSmallKMatmulQ4_0",
   _TARGET + "_q4_1": "SpecsampleSmallKMatmulQ4_1",
+  _TARGET + "_q5_0": "SpecsampleSmallKMatmulQ5_0",
   _TARGET + "_q4_k": "SpecsampleSmallKMatmulQ4_K",
   _TARGET + "_q6_k": "SpecsampleSmallKMatmulQ6_K",
 }

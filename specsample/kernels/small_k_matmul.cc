@@ -3,7 +3,7 @@
 //   "specsample_small_k_matmul":            x f32 [k, d], w f32 [d, n] -> y f32 [k, n]
 //   "specsample_small_k_matmul_transposed": x f32 [k, d], e f32 [n, d] -> y f32 [k, n]
 // and the same with bfloat16 weights ("..._bf16": w bf16 [d, n], e bf16 [n, d]), and the
-// transposed product with e in GGUF blocks ("..._q8_0", "..._q4_0", "..._q4_1": u8 [n,
+// transposed product with e in GGUF blocks ("..._q8_0", "..._q4_0", "..._q4_1", "..._q5_0": u8 [n,
 // d / 32 * block bytes]; "..._q4_k", "..._q6_k": u8 [n, d / 256 * block bytes]),
 // with 1 <= k <= kMaxRows, the work split over XLA's intra-op thread pool, and the kernels
 // of one instruction set: the best this CPU has, or the one small_k.py asks for
@@ -272,6 +272,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmulTransposedBf16, specsample::
 SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ8_0, specsample::BlockQ8_0)
 SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ4_0, specsample::BlockQ4_0)
 SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ4_1, specsample::BlockQ4_1)
+SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ5_0, specsample::BlockQ5_0)
 SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ4_K, specsample::BlockQ4_K)
 SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ6_K, specsample::BlockQ6_K)
 #undef SPECSAMPLE_BLOCK_HANDLER

@@ -2,7 +2,7 @@
 //
 // x: float32 [k, d] (k <= kMaxRows), w: float32 or bfloat16 [d, n] (row-major, as Flax
 // stores kernels), y: float32 [k, n]. The transposed product (y = x @ e.T, e [n, d]) also
-// takes e in GGUF's Q8_0, Q4_0, Q4_1, Q4_K and Q6_K blocks (below), dequantized in
+// takes e in GGUF's Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K blocks (below), dequantized in
 // registers. bfloat16 weights stay bfloat16 in memory (half the bytes to stream) and are widened to float32 in registers, which is exact; the sums are
 // float32 either way, in the same order, so a bfloat16 product equals the float32 product
 // of the same (widened) weights bit for bit. At small k each weight is used k times after it is loaded, so the
@@ -84,7 +84,15 @@ struct BlockQ4_1 {
   Half d, m;
   uint8_t qs[kBlockWeights / 2];
 };
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20,
+// Q5_0 (what llama.cpp's K-quant files use for rows that are not multiples of 256): weight i
+// is d * (q_i - 16), q_i the nibble of Q4_0's layout | bit i of qh (little-endian) << 4.
+struct BlockQ5_0 {
+  Half d;
+  uint8_t qh[4];
+  uint8_t qs[kBlockWeights / 2];
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 &&
+                  sizeof(BlockQ5_0) == 22,
               "GGUF blocks are packed");
 
 // GGUF's K-quant super-blocks (ggml's block_q4_K, block_q6_K): 256 weights of a row each.
@@ -113,7 +121,8 @@ template <typename W>
 constexpr bool kIsSuperBlock = std::is_same_v<W, BlockQ4_K> || std::is_same_v<W, BlockQ6_K>;
 template <typename W>
 constexpr bool kIsBlock = std::is_same_v<W, BlockQ8_0> || std::is_same_v<W, BlockQ4_0> ||
-                          std::is_same_v<W, BlockQ4_1> || kIsSuperBlock<W>;
+                          std::is_same_v<W, BlockQ4_1> || std::is_same_v<W, BlockQ5_0> ||
+                          kIsSuperBlock<W>;
 template <typename W>
 constexpr int64_t kWeightsPer = kIsSuperBlock<W> ? kSuperBlockWeights
                                 : kIsBlock<W>    ? kBlockWeights
@@ -158,6 +167,16 @@ struct Lanes<16> {
     v = high ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(0xF));
     return _mm512_cvtepi32_ps(v);
   }
+  // Q5_0's 16 values from weight `first` on: (the nibbles at p | bit first + l of qh << 4) - 16.
+  SPECSAMPLE_LANES_OP V LoadFiveBits(const uint8_t* p, bool high, uint32_t qh, int first) {
+    __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    lo = high ? _mm512_srli_epi32(lo, 4) : _mm512_and_si512(lo, _mm512_set1_epi32(0xF));
+    const __m512i bit = _mm512_add_epi32(_mm512_set1_epi32(first),
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    __m512i hi = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(qh)), bit);
+    hi = _mm512_slli_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), 4);
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(lo, hi), _mm512_set1_epi32(16)));
+  }
   // Q6_K's 16 values (ql's low or high nibble | bits shift..shift+1 of qh << 4) - 32.
   SPECSAMPLE_LANES_OP V LoadSixBits(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
     __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql)));
@@ -201,6 +220,16 @@ struct Lanes<8> {
     __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     v = high ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(0xF));
     return _mm256_cvtepi32_ps(v);
+  }
+  // Q5_0's 8 values from weight `first` on: (the nibbles at p | bit first + l of qh << 4) - 16.
+  SPECSAMPLE_LANES_OP V LoadFiveBits(const uint8_t* p, bool high, uint32_t qh, int first) {
+    __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    lo = high ? _mm256_srli_epi32(lo, 4) : _mm256_and_si256(lo, _mm256_set1_epi32(0xF));
+    const __m256i bit =
+        _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh)), bit);
+    hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)), 4);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(lo, hi), _mm256_set1_epi32(16)));
   }
   // Q6_K's 8 values (ql's low or high nibble | bits shift..shift+1 of qh << 4) - 32.
   SPECSAMPLE_LANES_OP V LoadSixBits(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {

@@ -14,7 +14,7 @@
 // Include nothing here (this is inside a namespace): small_k_matmul.h includes it all.
 //
 // The weights (w, e) are float or Bf16 (W below), and e also a GGUF block format (BlockQ8_0,
-// BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ6_K); x and y are float32 always.
+// BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ4_K, BlockQ6_K); x and y are float32 always.
 
 // The first `left` weights at p (all L when left >= L) widened to float32, zeros in the
 // other lanes; reads nothing past them.
@@ -207,6 +207,21 @@ struct BlockReader<BlockQ4_1> {
     const int first = s * Vec::kLanes;
     // d * q is exact, so the fused multiply-add rounds once, as d * q + m does.
     return Vec::MulAdd(d, Vec::LoadNibbles(b.qs + first % 16, first >= 16), m);
+  }
+};
+
+template <>
+struct BlockReader<BlockQ5_0> {
+  const BlockQ5_0& b;
+  typename Vec::V d;
+  uint32_t qh;  // bit i: the fifth bit of weight i
+  SPECSAMPLE_SIMD __attribute__((always_inline)) explicit BlockReader(const BlockQ5_0& block)
+      : b(block), d(Vec::Broadcast(ToFloat(block.d))) {
+    std::memcpy(&qh, block.qh, sizeof(qh));
+  }
+  SPECSAMPLE_SIMD __attribute__((always_inline)) typename Vec::V Step(int s) const {
+    const int first = s * Vec::kLanes;  // d * q is exact (11 x 5 bits)
+    return Vec::Mul(d, Vec::LoadFiveBits(b.qs + first % 16, first >= 16, qh, first));
   }
 };
 
