@@ -77,7 +77,7 @@ CASES = [
   ),  # fmt: skip
   (
     lambda r, t: ["generate", *pair_args(r), "hi", "--weights", "gguf"],
-    "--weights gguf: the target has no Q8_0/Q4_0/Q4_1 matrices",
+    "--weights gguf: the target has no Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matrices",
   ),  # fmt: skip
   (lambda r, t: ["bench", "--out", str(t)], "is a file, not a directory"),
   (lambda r, t: ["bench", "--target", str(r / "target")], "give both --target and --draft"),

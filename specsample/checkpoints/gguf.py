@@ -317,11 +317,11 @@ def read_gguf(
   `rope_scaling`): rotary frequency i is `rope_theta ** (-2 i / head_dim) / rope_freqs[i]`.
   Q/K rows are in the rotate-half (HF) order. Every bad file raises CheckpointError.
 
-  blocks: matrices stored in Q8_0, Q4_0, Q4_1, Q4_K or Q6_K come as
+  blocks: matrices stored in Q8_0, Q4_0, Q4_1, Q5_0, Q4_K or Q6_K come as
   `kernels.blocks.BlockMatrix` (the file's blocks, [out, in], numpy) instead of `dtype`
-  arrays: a model keeps them that way (1.06 / 0.56 / 0.63 / 0.56 / 0.82 bytes per weight)
-  and the CPU kernel dequantizes them in registers. Other types (F16, Q5_0, Q5_K, ...) are
-  dequantized as without it.
+  arrays: a model keeps them that way (1.06 / 0.56 / 0.63 / 0.69 / 0.56 / 0.82 bytes per
+  weight) and the CPU kernel dequantizes them in registers. Other types (F16, Q5_1, Q5_K,
+  ...) are dequantized as without it.
   """
   if dtype not in _DTYPES:
     raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")

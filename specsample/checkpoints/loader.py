@@ -91,7 +91,7 @@ def load_model(
   dtype: "float32" (CPUs) or "bfloat16" (accelerators); logits are float32 either way.
   shared_embedding: the input embedding [vocab, d_model] of a draft saved without one
     (it shares its target's: `specsample_shared_embedding` in its config.json).
-  gguf_blocks: a GGUF's Q8_0 / Q4_0 / Q4_1 matrices stay in their blocks
+  gguf_blocks: a GGUF's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K matrices stay in their blocks
     (`kernels.blocks.BlockMatrix`, dequantized in registers by the CPU kernel: a fifth to
     a quarter of float32's bytes); needs dtype float32. Ignored for other formats.
   Raises CheckpointError naming the file and what was expected.

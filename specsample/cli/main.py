@@ -64,8 +64,9 @@ def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> No
     "--weights", choices=["float32", "bfloat16", "gguf"], default="float32",
     help="bfloat16: weight matrices stored in bfloat16 (half the memory and the bytes read "
     "per token), arithmetic in float32 (with --dtype float32); logits equal those of the "
-    "float32 model with the rounded weights. gguf: a GGUF checkpoint's Q8_0/Q4_0/Q4_1/Q4_K/Q6_K "
-    "matrices stay in their blocks (a fifth of float32's memory), dequantized in registers",
+    "float32 model with the rounded weights. gguf: a GGUF checkpoint's "
+    "Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matrices stay in their blocks (a fifth of float32's "
+    "memory), dequantized in registers",
   )  # fmt: skip
 
 

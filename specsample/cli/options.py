@@ -284,8 +284,8 @@ def compact_weights(args, *models):
   if gguf_blocks(args):
     if not block_formats(models[0]):
       raise UsageError(
-        "--weights gguf: the target has no Q8_0/Q4_0/Q4_1/Q4_K/Q6_K matrices (it is not a GGUF "
-        "checkpoint of those types)"
+        "--weights gguf: the target has no Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matrices (it is not "
+        "a GGUF checkpoint of those types)"
       )
     return models
 

@@ -4,7 +4,7 @@
   (decoding and verification): XLA FFI kernels on CPUs with AVX-512 or AVX2 + FMA that
   stream the weights at memory speed, XLA's own product everywhere else; `row_sums(x)`
   for sums over the last axis that, like the products, do not depend on the row count.
-- `blocks`: `BlockMatrix`, weights in GGUF's Q8_0 / Q4_0 / Q4_1 blocks, and
+- `blocks`: `BlockMatrix`, weights in GGUF's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K blocks, and
   `blocks.matmul(x, matrix)`, the transposed kernel dequantizing them in registers.
 """
 
