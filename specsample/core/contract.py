@@ -98,3 +98,34 @@ class LanguageModel(Protocol):
   #   keep_path(state, slots int32[batch, L], num_kept int32[batch]) -> state: moves the
   #       entries of tree slots[b, j] to end_index + j and advances the end index by
   #       num_kept (the accepted path becomes committed text; O(L) per layer).
+
+  # Optional members, for feature-level drafts (`uses_target_features`, e.g.
+  # models.feature_draft.FeatureDraft, Li et al. 2024 "EAGLE"):
+  #   on the TARGET:
+  #     feature_size: int, the width d of its features (the output layer's input);
+  #     init_state_with_features(prompts, prompt_lengths, num_new_positions)
+  #         -> (state, pending_token, features [batch, prompt_length, d]): init_state, and
+  #         the features of the prompt positions (position j's predicts token j + 1);
+  #     extend_with_features(state, tokens, num_valid) -> (logits, features [batch, k, d],
+  #         state): extend, and the features of the k positions.
+  #   on the DRAFT: `uses_target_features = True`, `feature_size`, and
+  #     init_state(prompts, prompt_lengths, num_new_positions, features=...) and
+  #     extend(state, tokens, num_valid, features=...): features [batch, k, d] are the
+  #     target's features of the position BEFORE each token (init_state: the target's
+  #     prompt features as init_state_with_features returns them). extend without
+  #     features takes one token per row and pairs it with the draft's own last output
+  #     (a drafting step).
+
+
+def uses_target_features(model) -> bool:
+  """Whether `model` is a feature-level draft: it reads the target's features, which the
+  speculative loop then passes to it (see the optional members above)."""
+  return bool(getattr(model, "uses_target_features", False))
+
+
+def has_features(model) -> bool:
+  """Whether `model` can give a feature draft its features (the target's members above)."""
+  return all(
+    hasattr(model, name)
+    for name in ("feature_size", "init_state_with_features", "extend_with_features")
+  )

@@ -53,6 +53,28 @@ def catch_up(draft: LanguageModel, draft_state, pending: jax.Array, num_pending:
   )
 
 
+def catch_up_with_features(
+  draft, draft_state, pending: jax.Array, num_pending: jax.Array, features: jax.Array
+):
+  """A feature draft's catch-up: each row's num_pending int32[batch] (0..w) pending tokens
+  int32[batch, w], each with the target's feature of the position before it [batch, w, d],
+  in one call only as wide as the row that owes most (`lax.switch` over the widths: a
+  narrower call costs less on CPUs). Returns the logits after each row's last pending
+  token [batch, vocab] and the state."""
+  width = pending.shape[1]
+
+  def caller(k: int):
+    def call(state):
+      logits, state = draft.extend(state, pending[:, :k], num_pending, features=features[:, :k])
+      last = jnp.clip(num_pending - 1, 0, k - 1)[:, None, None]  # [batch, 1, 1]
+      return jnp.take_along_axis(logits, last, axis=1)[:, 0], state
+
+    return call
+
+  widest = jnp.clip(jnp.max(num_pending), 1, width)  # rows that sit out owe 0
+  return jax.lax.switch(widest - 1, [caller(k) for k in range(1, width + 1)], draft_state)
+
+
 def _catch_up_two(draft, draft_state, pending: jax.Array, num_pending: jax.Array):
   logits, draft_state = draft.extend(draft_state, pending, num_pending)  # [batch, 2, vocab]
   last_pending = jnp.maximum(num_pending - 1, 0)
@@ -75,13 +97,21 @@ def draft_fixed_block(
   gamma: int,
   sampling: SamplingConfig,
   need_probs: bool,
+  pending_features: jax.Array | None = None,
 ) -> DraftBlock:
-  """Catch up, then draw gamma tokens per row (the draft sees x_1..x_{gamma-1})."""
+  """Catch up, then draw gamma tokens per row (the draft sees x_1..x_{gamma-1}).
+
+  pending_features [batch, w, d]: a feature draft's pending tokens' target features
+  (`catch_up_with_features`); its drafting steps pair each token with its own output."""
   step_keys = jax.random.split(key, gamma)
   one = active.astype(jnp.int32)  # [batch]: 1 for rows that advance
-  first_logits, draft_state = catch_up(
-    draft, draft_state, pending, jnp.where(active, num_pending, 0)
-  )  # [batch, vocab]
+  owed = jnp.where(active, num_pending, 0)  # [batch]
+  if pending_features is None:
+    first_logits, draft_state = catch_up(draft, draft_state, pending, owed)  # [batch, vocab]
+  else:
+    first_logits, draft_state = catch_up_with_features(
+      draft, draft_state, pending, owed, pending_features
+    )
   token, probs = draw(step_keys[0], first_logits, sampling, need_probs=need_probs)
 
   def draft_step(carry, step_key):

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specsample.core.contract import has_features
 from specsample.core.sampling import SamplingConfig
 
 
@@ -178,3 +179,24 @@ def make_key(seed) -> jax.Array:
   if not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
     raise ValueError(f"seed must be in [-2**63, 2**63), got {seed}")
   return jax.random.key(int(seed))
+
+
+def check_feature_pair(target, draft, *, adaptive, tree) -> None:
+  """A feature draft needs a target that gives features of its width; it drafts fixed
+  chains (adaptive lengths and trees keep the token-level draft's bookkeeping)."""
+  if not has_features(target):
+    raise ValueError(
+      f"the draft reads the target's features, but the target ({type(target).__name__}) "
+      "gives none (it needs feature_size, init_state_with_features, extend_with_features; "
+      "DecoderOnly has them)"
+    )
+  if draft.feature_size != target.feature_size:
+    raise ValueError(
+      f"the draft reads features of width {draft.feature_size}, the target's are "
+      f"{target.feature_size} wide: was the draft trained for this target?"
+    )
+  if adaptive is not None or tree is not None:
+    raise ValueError(
+      "a feature draft drafts one fixed-length chain: adaptive draft length and tree "
+      "drafts are not supported with it"
+    )

@@ -36,6 +36,7 @@ def finish_iteration(
   draft_bad: jax.Array,
   eos_id,
   pad_id: int,
+  pending_features: jax.Array | None = None,
   **fields,
 ):
   """Steps 4 and 5's bookkeeping: commits x_1..x_n, y (rows with bad logits commit
@@ -44,7 +45,10 @@ def finish_iteration(
   (the models' states, key, counters, ...) replaced.
 
   x int32[batch, gamma] the proposed path (past m: padding), m int32[batch] its length,
-  n int32[batch] accepted, y int32[batch] the next token.
+  n int32[batch] accepted, y int32[batch] the next token. pending_features [batch,
+  gamma + 1, d]: for a feature draft, the target's features of [last, x_1..x_gamma]; its
+  pending tokens are then x_1..x_n, y (it was rewound to before x_1), each with the
+  feature before it.
   """
   gamma = x.shape[1]
   offsets = jnp.arange(gamma + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
@@ -53,10 +57,17 @@ def finish_iteration(
   tokens, lengths, done = commit(s.tokens, s.lengths, stopped, x_then_y, n + 1, eos_id=eos_id)
 
   all_accepted = n == m
-  x_m = jnp.take_along_axis(x, (m - 1)[:, None], axis=1)[:, 0]
-  pending_if_all = jnp.stack([x_m, y], axis=1)
-  pending_if_not = jnp.stack([y, jnp.full_like(y, pad_id)], axis=1)
-  new_pending = jnp.where(all_accepted[:, None], pending_if_all, pending_if_not)
+  if pending_features is None:
+    x_m = jnp.take_along_axis(x, (m - 1)[:, None], axis=1)[:, 0]
+    pending_if_all = jnp.stack([x_m, y], axis=1)
+    pending_if_not = jnp.stack([y, jnp.full_like(y, pad_id)], axis=1)
+    new_pending = jnp.where(all_accepted[:, None], pending_if_all, pending_if_not)
+    num_pending = jnp.where(all_accepted, 2, 1)
+  else:  # [batch, gamma + 1] tokens with [batch, gamma + 1, d] features
+    new_pending, num_pending = x_then_y, n + 1
+    fields["draft_pending_features"] = jnp.where(
+      active[:, None, None], pending_features, s.draft_pending_features
+    )
 
   trace = s.trace
   if trace is not None:
@@ -71,7 +82,7 @@ def finish_iteration(
   return s.replace(
     last_token=jnp.where(active, y, s.last_token),
     draft_pending=jnp.where(active[:, None], new_pending, s.draft_pending),
-    draft_num_pending=jnp.where(active, jnp.where(all_accepted, 2, 1), s.draft_num_pending),
+    draft_num_pending=jnp.where(active, num_pending, s.draft_num_pending),
     tokens=tokens,
     lengths=lengths,
     done=done,

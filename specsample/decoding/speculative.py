@@ -13,6 +13,10 @@ Invariants between iterations (per row):
     y, nor x_gamma when all gamma were accepted. Step 1 catches up on them with one
     extend whose logits at the last pending token give p_1: over 2 tokens when some row
     owes 2, over 1 token otherwise (`lax.cond`; the common case, and cheaper).
+  - a feature draft (`uses_target_features`, e.g. models.feature_draft) reads the
+    target's features: the target's verify call returns them, the draft is rewound to
+    before x_1 (its entries for the block were made from its own predicted features) and
+    owes x_1..x_n, y, each paired with the target's feature of the position before it.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.core.contract import LanguageModel
+from specsample.core.contract import LanguageModel, uses_target_features
 from specsample.core.sampling import SamplingConfig, logits_to_probs
 from specsample.core.verification import (
   VERIFICATION_RULES,
@@ -37,6 +41,7 @@ from specsample.decoding.adaptive import AdaptiveDraft
 from specsample.decoding.counters import LoopCounters
 from specsample.decoding.drafting import draft_adaptive_block, draft_fixed_block
 from specsample.decoding.inputs import (
+  check_feature_pair,
   check_model,
   check_positive_int,
   check_sampling,
@@ -69,8 +74,10 @@ class SpeculativeLoopState:
   target_state: Any  # target cache: every committed token but last_token
   draft_state: Any  # draft cache: every committed token but the draft_pending ones
   last_token: jax.Array  # int32[batch]
-  draft_pending: jax.Array  # int32[batch, 2]: committed tokens the draft has not seen
-  draft_num_pending: jax.Array  # int32[batch]: 1 or 2
+  draft_pending: jax.Array  # int32[batch, w]: committed tokens the draft has not seen
+  draft_num_pending: jax.Array  # int32[batch]: 1 or 2 (w = 2); feature drafts 1..gamma + 1
+  # Feature drafts: the target's feature before each pending token [batch, gamma + 1, d].
+  draft_pending_features: jax.Array | None = None
   tokens: jax.Array  # int32[batch, max_new_tokens]
   lengths: jax.Array  # int32[batch]
   done: jax.Array  # bool[batch]
@@ -93,14 +100,34 @@ def _speculative_loop(
   num_new_positions = settings.max_new_tokens + gamma + 1  # room for a full block at the end
   if settings.tree is not None:
     num_new_positions = settings.max_new_tokens + new_positions(gamma, settings.tree)
-  target_state, pending = target.init_state(prompts, prompt_lengths, num_new_positions)
-  draft_state, draft_pending = draft.init_state(prompts, prompt_lengths, num_new_positions)
+  with_features = uses_target_features(draft)
+  pending_features = None
+  if with_features:
+    target_state, pending, features = target.init_state_with_features(
+      prompts, prompt_lengths, num_new_positions
+    )  # features: [batch, prompt_length, d]
+    draft_state, draft_pending = draft.init_state(
+      prompts, prompt_lengths, num_new_positions, features=features
+    )
+    # The pending last prompt token's pair: the feature of the position before it.
+    before = jnp.maximum(prompt_lengths - 2, 0)[:, None, None]  # [batch, 1, 1]
+    first = jnp.take_along_axis(features, before, axis=1)[:, 0].astype(jnp.float32)
+    first = jnp.where((prompt_lengths >= 2)[:, None], first, 0.0)  # [batch, d]
+    pending_features = jnp.zeros((batch, gamma + 1, first.shape[-1]), jnp.float32)
+    pending_features = pending_features.at[:, 0].set(first)
+    pending_tokens = jnp.full((batch, gamma + 1), target.pad_id, jnp.int32)
+    pending_tokens = pending_tokens.at[:, 0].set(draft_pending)
+  else:
+    target_state, pending = target.init_state(prompts, prompt_lengths, num_new_positions)
+    draft_state, draft_pending = draft.init_state(prompts, prompt_lengths, num_new_positions)
+    pending_tokens = jnp.stack([draft_pending, jnp.full_like(draft_pending, target.pad_id)], 1)
   init = SpeculativeLoopState(
     target_state=target_state,
     draft_state=draft_state,
     last_token=pending,
-    draft_pending=jnp.stack([draft_pending, jnp.full_like(draft_pending, target.pad_id)], 1),
+    draft_pending=pending_tokens,
     draft_num_pending=jnp.ones((batch,), jnp.int32),
+    draft_pending_features=pending_features,
     tokens=jnp.full((batch, settings.max_new_tokens), target.pad_id, jnp.int32),
     lengths=jnp.zeros((batch,), jnp.int32),
     done=jnp.zeros((batch,), bool),
@@ -122,7 +149,7 @@ def _speculative_loop(
     draft_args = (draft, s.draft_state, s.draft_pending, s.draft_num_pending, active, draft_key)
     options = dict(gamma=gamma, sampling=settings.sampling, need_probs=need_probs)
     if settings.adaptive is None:
-      block = draft_fixed_block(*draft_args, **options)
+      block = draft_fixed_block(*draft_args, **options, pending_features=s.draft_pending_features)
     else:
       block = draft_adaptive_block(*draft_args, s.thresholds, **options)
     x, p, m = block.tokens, block.probs, block.num_drafted
@@ -131,7 +158,13 @@ def _speculative_loop(
     # 2. Score [last, x_1..x_m] with ONE target call.  logits: [batch, gamma + 1, vocab]
     target_tokens = jnp.concatenate([s.last_token[:, None], x], axis=1)
     num_scored = jnp.where(active, m_or_gamma + 1, 0)
-    target_logits, target_state = _score(target, s.target_state, target_tokens, num_scored, m)
+    target_features = None  # feature drafts: [batch, gamma + 1, d]
+    if with_features:
+      target_logits, target_features, target_state = target.extend_with_features(
+        s.target_state, target_tokens, num_scored
+      )
+    else:
+      target_logits, target_state = _score(target, s.target_state, target_tokens, num_scored, m)
 
     # 3. Verify: n accepted draft tokens and the next token y.  [batch] each
     if settings.rule == "greedy":
@@ -143,9 +176,12 @@ def _speculative_loop(
 
     # 4.-5. Commit x_1..x_n, y, and rewind: the target keeps last, x_1..x_n (y is
     #    pending); the draft saw x_1..x_{m-1}, so it keeps x_1..x_min(n, m-1) and owes y
-    #    (and x_m).
+    #    (and x_m). A feature draft keeps only what it made from the target's features,
+    #    through last, and owes x_1..x_n, y.
     target_state = target.rewind(target_state, jnp.where(active, target_end + n + 1, target_end))
     draft_kept = draft_end + s.draft_num_pending + jnp.minimum(n, m_or_gamma - 1)
+    if with_features:
+      draft_kept = target_end + 1
     draft_state = draft.rewind(block.state, jnp.where(active, draft_kept, draft_end))
     counters = s.counters.record(
       active=active,
@@ -171,6 +207,7 @@ def _speculative_loop(
       draft_bad=draft_bad,
       eos_id=target.eos_id,
       pad_id=target.pad_id,
+      pending_features=target_features,
       target_state=target_state,
       draft_state=draft_state,
       key=key,
@@ -344,6 +381,8 @@ def speculative_generate(
           f"the {role} model ({type(model).__name__}) has no extend_tree/keep_path, which "
           "tree drafts need (T5, DecoderOnly and MarkovLM have them)"
         )
+  if uses_target_features(draft):
+    check_feature_pair(target, draft, adaptive=adaptive, tree=tree)
   settings = SpeculativeSettings(
     gamma=gamma,
     max_new_tokens=check_positive_int("max_new_tokens", max_new_tokens),

@@ -63,6 +63,15 @@ class LookupThenModel:
     return self.model.vocab_size
 
   @property
+  def uses_target_features(self) -> bool:
+    """A feature draft behind the lookup reads the target's features (passed through)."""
+    return bool(getattr(self.model, "uses_target_features", False))
+
+  @property
+  def feature_size(self) -> int:
+    return self.model.feature_size
+
+  @property
   def eos_id(self):
     return self.model.eos_id
 
@@ -71,17 +80,31 @@ class LookupThenModel:
     return self.model.pad_id
 
   def init_state(
-    self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
+    self,
+    prompts: jax.Array,
+    prompt_lengths: jax.Array,
+    num_new_positions: int,
+    features: jax.Array | None = None,
   ) -> tuple[LookupThenModelState, jax.Array]:
-    model_state, pending = self.model.init_state(prompts, prompt_lengths, num_new_positions)
+    """features: the target's, for a feature draft (passed to it)."""
+    extra = {} if features is None else {"features": features}
+    model_state, pending = self.model.init_state(
+      prompts, prompt_lengths, num_new_positions, **extra
+    )
     lookup_state, _ = self.lookup.init_state(prompts, prompt_lengths, num_new_positions)
     return LookupThenModelState(model=model_state, lookup=lookup_state), pending
 
   def extend(
-    self, state: LookupThenModelState, tokens: jax.Array, num_valid: jax.Array
+    self,
+    state: LookupThenModelState,
+    tokens: jax.Array,
+    num_valid: jax.Array,
+    features: jax.Array | None = None,
   ) -> tuple[jax.Array, LookupThenModelState]:
-    """tokens int32[batch, k] -> logits float32[batch, k, vocab] and the new state."""
-    logits, model_state = self.model.extend(state.model, tokens, num_valid)
+    """tokens int32[batch, k] -> logits float32[batch, k, vocab] and the new state
+    (features: the target's, for a feature draft)."""
+    extra = {} if features is None else {"features": features}
+    logits, model_state = self.model.extend(state.model, tokens, num_valid, **extra)
     proposals, lengths, lookup_state = self.lookup.lookup(state.lookup, tokens, num_valid)
     one_hot = one_hot_logits(proposals, self.vocab_size)  # [batch, k, vocab]
     trusted = (lengths >= self.trust_ngram)[..., None]  # [batch, k, 1]

@@ -118,6 +118,24 @@ class MarkovLM:
   def rewind(self, state: MarkovState, end_index: jax.Array) -> MarkovState:
     return state.replace(end_index=end_index.astype(jnp.int32))
 
+  # ----- features, for feature drafts: position j's feature is one_hot(token j) -----------
+
+  @property
+  def feature_size(self) -> int:
+    return self.vocab_size
+
+  def init_state_with_features(
+    self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
+  ) -> tuple[MarkovState, jax.Array, jax.Array]:
+    state, pending = self.init_state(prompts, prompt_lengths, num_new_positions)
+    return state, pending, jax.nn.one_hot(prompts, self.vocab_size)
+
+  def extend_with_features(
+    self, state: MarkovState, tokens: jax.Array, num_valid: jax.Array
+  ) -> tuple[jax.Array, jax.Array, MarkovState]:
+    logits, state = self.extend(state, tokens, num_valid)
+    return logits, jax.nn.one_hot(tokens, self.vocab_size), state
+
   def extend_tree(
     self, state: MarkovState, tokens: jax.Array, layout: TreeLayout, start: int
   ) -> tuple[jax.Array, MarkovState]:
@@ -186,3 +204,80 @@ class MarkovLM:
     if draft.logits_table.shape != self.logits_table.shape:
       raise ValueError("acceptance_probabilities needs a draft of the same vocabulary and order")
     return np.minimum(draft.next_token_probs(sampling), self.next_token_probs(sampling)).sum(-1)
+
+
+@struct.dataclass
+class MarkovFeatureState:
+  tokens: jax.Array  # int32[batch, capacity]: every token fed so far, per row
+  previous: jax.Array  # int32[batch, capacity]: the previous token its feature named
+  end_index: jax.Array  # int32[batch]
+  last_feature: jax.Array  # float32[batch, vocab]: the output at end_index - 1
+
+
+@struct.dataclass
+class MarkovFeatureDraft:
+  """A feature draft for a second-order `MarkovLM` target. At position j it reads the
+  previous token from the feature paired with token j (one_hot(token j - 1); zeros, token
+  0, before the start, as MarkovLM reads it), writes both to its cache at the row's end
+  index, and predicts feature j as one_hot(token j). Its cache is consistent when every
+  entry's previous token is the entry before it, from position 1 up to j; then it looks up
+  its [vocab, vocab, vocab] table at (token j - 1, token j), otherwise at a wrong context.
+  So with the target's table it proposes exactly the target's distribution (alpha 1) if,
+  and only if, the decoder pairs every token with the right feature AND keeps the draft's
+  cache in step with the committed text (no stale or skipped entries)."""
+
+  logits_table: jax.Array  # float[vocab, vocab, vocab]
+  eos_id: int | None = struct.field(pytree_node=False, default=None)
+  pad_id: int = struct.field(pytree_node=False, default=0)
+
+  uses_target_features = True
+
+  @property
+  def vocab_size(self) -> int:
+    return self.logits_table.shape[-1]
+
+  @property
+  def feature_size(self) -> int:
+    return self.vocab_size
+
+  def init_state(self, prompts, prompt_lengths, num_new_positions, features=None):
+    batch, length = prompts.shape
+    tokens = jnp.zeros((batch, length + num_new_positions), jnp.int32)
+    before = jnp.pad(prompts, ((0, 0), (1, 0)))[:, :-1]  # token 0 before the start
+    pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
+    state = MarkovFeatureState(
+      tokens=tokens.at[:, :length].set(prompts),
+      previous=tokens.at[:, :length].set(before),
+      end_index=(prompt_lengths - 1).astype(jnp.int32),
+      last_feature=jnp.zeros((batch, self.vocab_size), jnp.float32),
+    )
+    return state, pending.astype(jnp.int32)
+
+  def extend(self, state: MarkovFeatureState, tokens, num_valid, features=None):
+    batch, k = tokens.shape
+    if features is None:
+      if k != 1:
+        raise ValueError("without features, one token per row")
+      features = state.last_feature[:, None]
+    positions = state.end_index[:, None] + jnp.arange(k, dtype=jnp.int32)  # [batch, k]
+    rows = jnp.arange(batch)[:, None]
+    named = jnp.argmax(features, axis=-1).astype(jnp.int32)  # [batch, k]: zeros name 0
+    cache = state.tokens.at[rows, positions].set(tokens.astype(jnp.int32), mode="drop")
+    previous = state.previous.at[rows, positions].set(named, mode="drop")
+    broken = jnp.pad(previous[:, 1:] != cache[:, :-1], ((0, 0), (1, 0)))  # [batch, capacity]
+    broken_before = jnp.cumsum(broken, axis=1)  # entries 1..i inconsistent, counted
+    consistent = jnp.take_along_axis(broken_before, positions, axis=1) == 0  # [batch, k]
+    context = jnp.where(consistent, named, (named + 1) % self.vocab_size)
+    logits = self.logits_table[context, tokens]  # [batch, k, vocab]
+    outputs = jax.nn.one_hot(tokens, self.vocab_size)
+    last = jnp.maximum(num_valid - 1, 0)[:, None, None]
+    last_output = jnp.take_along_axis(outputs, last, axis=1)[:, 0]
+    return logits, MarkovFeatureState(
+      tokens=cache,
+      previous=previous,
+      end_index=state.end_index + num_valid.astype(jnp.int32),
+      last_feature=jnp.where((num_valid > 0)[:, None], last_output, state.last_feature),
+    )
+
+  def rewind(self, state: MarkovFeatureState, end_index: jax.Array) -> MarkovFeatureState:
+    return state.replace(end_index=end_index.astype(jnp.int32))

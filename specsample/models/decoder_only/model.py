@@ -58,19 +58,26 @@ class DecoderOnly:
   def pad_id(self) -> int:
     return self.config.pad_id
 
-  def _run(self, caches, tokens, end_index, positions=None, allowed=None):
+  def _run(self, caches, tokens, end_index, positions=None, allowed=None, with_features=False):
     if positions is None:
       positions = end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
-    logits, caches = DecoderOnlyNetwork(self.config).apply(
-      {"params": self.params}, tokens, positions, caches, end_index, allowed
+    outputs = DecoderOnlyNetwork(self.config).apply(
+      {"params": self.params}, tokens, positions, caches, end_index, allowed, with_features
     )
+    if with_features:
+      logits, caches, features = outputs
+      return logits, self._constrain(caches), features
+    logits, caches = outputs
+    return logits, self._constrain(caches)
+
+  def _constrain(self, caches):
     if self.partitioning is not None:
       axes = ("batch", "length", "kv_heads", "head_dim")
       caches = tuple(
         (self.partitioning.constrain(k, axes), self.partitioning.constrain(v, axes))
         for k, v in caches
       )
-    return logits, caches
+    return caches
 
   def init_state(
     self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
@@ -89,6 +96,34 @@ class DecoderOnly:
   ) -> tuple[jax.Array, DecoderOnlyState]:
     logits, caches = self._run(state.caches, tokens, state.end_index)
     return logits, state.replace(caches=caches, end_index=state.end_index + num_valid)
+
+  # Features: the final-normed hidden states, the output layer's input (what a
+  # feature-level draft, models.feature_draft, reads from its target).
+
+  @property
+  def feature_size(self) -> int:
+    return self.config.d_model
+
+  def init_state_with_features(
+    self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
+  ) -> tuple[DecoderOnlyState, jax.Array, jax.Array]:
+    """`init_state`, and the features of every prompt position [batch, length, d_model]
+    (position j's predicts token j + 1; past a row's length - 2 they are padding)."""
+    batch, length = prompts.shape
+    caches = empty_caches(self.config, batch, length + num_new_positions)
+    start = jnp.zeros((batch,), jnp.int32)
+    _, caches, features = self._run(caches, prompts, start, with_features=True)
+    pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
+    state = DecoderOnlyState(caches=caches, end_index=(prompt_lengths - 1).astype(jnp.int32))
+    return state, pending.astype(jnp.int32), features
+
+  def extend_with_features(
+    self, state: DecoderOnlyState, tokens: jax.Array, num_valid: jax.Array
+  ) -> tuple[jax.Array, jax.Array, DecoderOnlyState]:
+    """`extend`, and the features of the k positions: (logits [batch, k, vocab], features
+    [batch, k, d_model], state)."""
+    logits, caches, features = self._run(state.caches, tokens, state.end_index, with_features=True)
+    return logits, features, state.replace(caches=caches, end_index=state.end_index + num_valid)
 
   def weights_per_call(self) -> tuple[int, int]:
     """(count, bytes) of the weights an `extend` call reads: every layer's and the output

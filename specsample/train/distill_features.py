@@ -1,0 +1,282 @@
+"""Training a feature-level draft (models.feature_draft, Li et al. 2024 "EAGLE") from its
+target's features.
+
+Data: the target's responses to chat prompts with its features at every position of
+prompt + response (`target_responses.generate_responses(features=True)`, written as shards
+by scripts/train_smollm2_feature_draft.py), read back as `FeatureSequence`s.
+
+Objective, per position j (the draft reads tokens <= j and the target's features < j):
+  smooth-L1(predicted feature j, target feature j), averaged over the feature width
+  + cls_weight * cross-entropy(the target's next-token distribution over the draft's kept
+    tokens, the draft's), both computed through the same frozen output rows,
+weighted 1 at response positions and `prompt_weight` at prompt positions. Uniform noise
+on the input features (EAGLE's) makes the draft robust to reading its own predictions
+inside a drafted block. Only the fusing map and the layer(s) are trained: the input
+embedding and the output rows are the target's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from specsample.models.decoder_only.network import empty_caches
+from specsample.models.feature_draft import FeatureDraft, FeatureDraftNetwork, previous_features
+
+FROZEN = ("embed", "output_embedding", "output_ids")  # parameters training leaves alone
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSequence:
+  tokens: np.ndarray  # int32[N]: prompt + response
+  features: np.ndarray  # float16[N - 1, d]: the target's, position j's predicts token j + 1
+  prompt_length: int
+  task: str
+  temperature: float  # the response's sampling temperature (0: greedy)
+  index: int  # the prompt's index in the train prompts
+
+
+def read_shards(directory: str) -> list[FeatureSequence]:
+  """Every sequence of the shards in `directory` (*.npz, as the training script writes)."""
+  sequences = []
+  for path in sorted(glob.glob(os.path.join(directory, "*.npz"))):
+    shard = np.load(path)
+    starts = np.concatenate([[0], np.cumsum(shard["lengths"])])
+    feature_starts = np.concatenate([[0], np.cumsum(shard["lengths"] - 1)])
+    for row in range(len(shard["lengths"])):
+      sequences.append(
+        FeatureSequence(
+          tokens=shard["tokens"][starts[row] : starts[row + 1]],
+          features=shard["features"][feature_starts[row] : feature_starts[row + 1]],
+          prompt_length=int(shard["prompt_lengths"][row]),
+          task=str(shard["task"][row]),
+          temperature=float(shard["temperature"]),
+          index=int(shard["index"][row]),
+        )
+      )
+  return sequences
+
+
+@struct.dataclass
+class FeatureBatch:
+  tokens: jax.Array  # int32[b, L]
+  features: jax.Array  # float32[b, L, d]: the target's feature at each position (0: unknown)
+  weights: jax.Array  # float32[b, L]: loss weight of each position (0: padding, unknown)
+  next_tokens: jax.Array  # int32[b, L]: token j + 1 (-1 past the end), for agreement
+
+
+def make_batch(
+  sequences: Sequence[FeatureSequence], length: int, *, prompt_weight: float = 0.5
+) -> FeatureBatch:
+  """Sequences (cut to `length`) right-padded to `length` positions."""
+  b, d = len(sequences), sequences[0].features.shape[-1]
+  tokens = np.zeros((b, length), np.int32)
+  features = np.zeros((b, length, d), np.float32)
+  weights = np.zeros((b, length), np.float32)
+  next_tokens = np.full((b, length), -1, np.int32)
+  for row, s in enumerate(sequences):
+    n = min(len(s.tokens), length)
+    tokens[row, :n] = s.tokens[:n]
+    known = min(len(s.features), length)  # positions 0..N-2 have a target feature
+    features[row, :known] = s.features[:known]
+    weights[row, :known] = np.where(np.arange(known) >= s.prompt_length - 1, 1.0, prompt_weight)
+    next_tokens[row, : n - 1] = s.tokens[1:n]
+  return FeatureBatch(tokens=tokens, features=features, weights=weights, next_tokens=next_tokens)
+
+
+def batches(
+  sequences: Sequence[FeatureSequence],
+  tokens_per_batch: int,
+  seed: int,
+  *,
+  bucket: int = 128,
+  prompt_weight: float = 0.5,
+) -> Iterator[FeatureBatch]:
+  """Endless shuffled batches of whole sequences of similar length: lengths rounded up to
+  a multiple of `bucket` (few compiled shapes), about `tokens_per_batch` positions each."""
+  rng = np.random.default_rng(seed)
+  by_width: dict[int, list[FeatureSequence]] = {}
+  for s in sequences:
+    by_width.setdefault(-(-len(s.tokens) // bucket) * bucket, []).append(s)
+  widths = sorted(by_width)
+  counts = np.asarray([len(by_width[w]) * w for w in widths], np.float64)
+  while True:
+    width = widths[rng.choice(len(widths), p=counts / counts.sum())]
+    pool = by_width[width]
+    size = max(1, min(len(pool), tokens_per_batch // width))
+    chosen = [pool[i] for i in rng.choice(len(pool), size, replace=False)]
+    yield make_batch(chosen, width, prompt_weight=prompt_weight)
+
+
+def _predict(config, params, tokens, previous):
+  """The draft over whole sequences: (predicted features [b, L, d], kept logits [b, L, K])."""
+  b, length = tokens.shape
+  network = FeatureDraftNetwork(config)
+  positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))
+  caches = empty_caches(config, b, length)
+  x, _ = network.apply(
+    {"params": params}, tokens, previous, positions, caches, jnp.zeros((b,), jnp.int32),
+    method=FeatureDraftNetwork.predict_features,
+  )  # fmt: skip
+  return x, network.apply({"params": params}, x, method=FeatureDraftNetwork.kept_logits)
+
+
+def loss(config, params, batch: FeatureBatch, key, *, cls_weight: float, noise: float):
+  """The objective above, averaged over the weighted positions."""
+  previous = previous_features(batch.features)
+  if noise:
+    previous = previous + jax.random.uniform(key, previous.shape, minval=-noise, maxval=noise)
+  x, draft_logits = _predict(config, params, batch.tokens, previous)
+  target_logits = jnp.einsum("bld,kd->blk", batch.features, params["output_embedding"])
+  cross_entropy = -jnp.sum(
+    jax.nn.softmax(target_logits) * jax.nn.log_softmax(draft_logits), axis=-1
+  )  # [b, L]
+  error = jnp.abs(x - batch.features)
+  smooth_l1 = jnp.mean(jnp.where(error < 1.0, 0.5 * error**2, error - 0.5), axis=-1)  # [b, L]
+  per_position = smooth_l1 + cls_weight * cross_entropy
+  return jnp.sum(per_position * batch.weights) / jnp.maximum(jnp.sum(batch.weights), 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureDistillSettings:
+  steps: int = 2000
+  tokens_per_batch: int = 4096
+  learning_rate: float = 1e-3
+  warmup_steps: int = 100
+  weight_decay: float = 0.01
+  cls_weight: float = 0.5
+  noise: float = 0.1  # half-width of the uniform noise on input features
+  prompt_weight: float = 0.5
+  max_seconds: float | None = None  # stop early when the wall-clock budget is spent
+  log_every: int = 25
+  seed: int = 0
+
+
+def make_optimizer(settings: FeatureDistillSettings) -> optax.GradientTransformation:
+  schedule = optax.warmup_cosine_decay_schedule(
+    0.0, settings.learning_rate, settings.warmup_steps, max(settings.steps, 2),
+    end_value=0.05 * settings.learning_rate,
+  )  # fmt: skip
+  return optax.chain(
+    optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=settings.weight_decay)
+  )
+
+
+def split_frozen(params) -> tuple[dict, dict]:
+  """(trainable, frozen) parameters."""
+  trainable = {k: v for k, v in params.items() if k not in FROZEN}
+  return trainable, {k: v for k, v in params.items() if k in FROZEN}
+
+
+def train(
+  draft: FeatureDraft,
+  next_batch: Callable[[], FeatureBatch],
+  settings: FeatureDistillSettings,
+  *,
+  opt_state=None,
+  start_step: int = 0,
+  progress: Callable[[int, float], None] | None = None,
+  checkpoint: Callable[[FeatureDraft, object, int], None] | None = None,
+  checkpoint_every: int = 100,
+) -> tuple[FeatureDraft, object, list[tuple[int, float]]]:
+  """Trains the fusing map and layer(s) for `settings.steps` steps (from `start_step`,
+  resuming with `opt_state`). Returns the draft, the optimizer state and the (step, mean
+  loss) log."""
+  config = draft.config
+  optimizer = make_optimizer(settings)
+  trainable, frozen = split_frozen(draft.params)
+  trainable = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), trainable)
+
+  @functools.partial(jax.jit, donate_argnums=(0, 1))
+  def step(trainable, opt_state, batch, key):
+    def objective(trainable):
+      return loss(config, {**trainable, **frozen}, batch, key,
+                  cls_weight=settings.cls_weight, noise=settings.noise)  # fmt: skip
+
+    value, grads = jax.value_and_grad(objective)(trainable)
+    updates, opt_state = optimizer.update(grads, opt_state, trainable)
+    return optax.apply_updates(trainable, updates), opt_state, value
+
+  opt_state = optimizer.init(trainable) if opt_state is None else opt_state
+  key = jax.random.key(settings.seed + start_step)
+  log, window, begin = [], [], time.perf_counter()
+  for number in range(start_step + 1, settings.steps + 1):
+    key, step_key = jax.random.split(key)
+    batch = jax.tree_util.tree_map(jnp.asarray, next_batch())
+    trainable, opt_state, value = step(trainable, opt_state, batch, step_key)
+    window.append(value)
+    last = number == settings.steps
+    out_of_time = settings.max_seconds and time.perf_counter() - begin > settings.max_seconds
+    if number % settings.log_every == 0 or last or out_of_time:
+      mean = float(np.mean(jax.device_get(window)))
+      log.append((number, mean))
+      window = []
+      if progress:
+        progress(number, mean)
+    if checkpoint and (number % checkpoint_every == 0 or last or out_of_time):
+      checkpoint(FeatureDraft(params={**trainable, **frozen}, config=config), opt_state, number)
+    if out_of_time:
+      break
+  return FeatureDraft(params={**trainable, **frozen}, config=config), opt_state, log
+
+
+@functools.partial(jax.jit, static_argnames=("config",))
+def _agreement_counts(config, params, batch: FeatureBatch):
+  """Per position: does the draft's argmax (reading the target's features, as right after
+  a catch-up) equal the next token, and is the position a response position of a greedy
+  response (where the next token IS the target's argmax)."""
+  _, logits = _predict(config, params, batch.tokens, previous_features(batch.features))
+  guess = params["output_ids"][jnp.argmax(logits, axis=-1)]  # [b, L]
+  return guess == batch.next_tokens
+
+
+def agreement(draft: FeatureDraft, sequences: Sequence[FeatureSequence], batch_size: int = 4):
+  """{"greedy": share of response positions of greedy responses where the draft's first
+  proposal (after the target's features) is the target's token, "tokens": how many}."""
+  greedy = [s for s in sequences if s.temperature == 0.0]
+  hits = total = 0
+  for start in range(0, len(greedy), batch_size):
+    chunk = greedy[start : start + batch_size]
+    width = -(-max(len(s.tokens) for s in chunk) // 128) * 128
+    batch = make_batch(chunk, width)
+    agree = np.asarray(_agreement_counts(draft.config, draft.params, batch))
+    for row, s in enumerate(chunk):
+      response = slice(s.prompt_length - 1, len(s.tokens) - 1)
+      hits += int(agree[row, response].sum())
+      total += len(s.tokens) - s.prompt_length
+  return {"greedy": hits / max(total, 1), "tokens": total}
+
+
+def trainable_parameter_count(draft: FeatureDraft) -> int:
+  return sum(
+    int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(split_frozen(draft.params)[0])
+  )
+
+
+def draft_for_target(target, output_ids: np.ndarray, *, num_layers: int = 1, seed: int = 0):
+  """A new feature draft for a DecoderOnly target with a tied output layer: random fusing
+  map and layer(s) of the target's shape, the target's input embedding (shared) and its
+  output rows of the kept tokens `output_ids` int32[K]."""
+  from specsample.models.feature_draft import feature_draft_config
+
+  config = feature_draft_config(target.config, len(output_ids), num_layers=num_layers)
+  draft = FeatureDraft.init_random(config, seed)
+  embedding = target.params["embed"]["embedding"]
+  ids = jnp.asarray(output_ids, jnp.int32)
+  params = {
+    **draft.params,
+    "embed": {"embedding": embedding},
+    "output_embedding": jnp.take(jnp.asarray(embedding, jnp.float32), ids, axis=0),
+    "output_ids": ids,
+  }
+  return FeatureDraft(params=params, config=config)
