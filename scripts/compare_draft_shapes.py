@@ -37,7 +37,7 @@ def load(pair: str, num_prompts: int, stride: int):
     lines = (bundled.BUNDLE_DIR / "test.tsv").read_text().splitlines()
     texts = [line.split("\t")[0] for line in lines if line.strip()][::stride][:num_prompts]
     return target, draft, [vocabulary.encode(bundled.TASK_PREFIX + t) for t in texts], "T5 ende"
-  target, draft, tokenizer = bundled.load_smollm2_pair()
+  target, draft, tokenizer = bundled.load_smollm2_pair(draft="token")  # trees: a token draft
   records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]
   prompts = [
     tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}])

@@ -9,7 +9,9 @@ greedy, the same chat prompts (token ids passed to both, so tokenization plays n
   hf_lookup       target.generate(..., prompt_lookup_num_tokens=gamma)
   ours_plain      specsample.generate
   ours_spec       specsample.speculative_generate with the draft
-  ours_lookup     ... with the draft behind prompt lookup (`specsample generate`'s default)
+  ours_lookup     ... with the draft behind prompt lookup
+  ours_feature    ... with the bundled feature draft behind prompt lookup (`specsample
+                  generate`'s default; EAGLE-style, which transformers has no decoder for)
   ours_ngram      specsample.speculative_generate with the n-gram (prompt lookup) draft
 Every decoder of a prompt is timed in the same rounds (bench.timing.time_calls: one untimed
 warm-up/compiling call each, then `--repeats` rounds); medians are summed over prompts.
@@ -57,6 +59,7 @@ def main() -> int:
   parser.add_argument("--max-new-tokens", type=int, default=64)
   parser.add_argument("--gamma", type=int, default=4)
   parser.add_argument("--ngram-gamma", type=int, default=6)
+  parser.add_argument("--feature-gamma", type=int, default=4, help="gamma of ours_feature")
   parser.add_argument("--draft", choices=["bundled", "none"], default="bundled")
   parser.add_argument("--repeats", type=int, default=1)
   parser.add_argument("--skip-hf", action="store_true", help="time ours only")
@@ -68,9 +71,15 @@ def main() -> int:
 
   from specsample import SamplingConfig, generate, speculative_generate
   from specsample.bench import time_calls
-  from specsample.bundled import load_smollm2_pair, smollm2_target_path
+  from specsample.bundled import (
+    load_smollm2_pair,
+    smollm2_draft_available,
+    smollm2_draft_dir,
+    smollm2_target_path,
+  )
   from specsample.checkpoints import load_model, load_tokenizer, save_hf_decoder_only
   from specsample.checkpoints.decoder_only import expand_output_layer
+  from specsample.checkpoints.feature_draft import load_feature_draft
   from specsample.models.lookup_draft import LookupThenModel
   from specsample.models.ngram import NGramDraft
 
@@ -80,9 +89,13 @@ def main() -> int:
     return 2
   torch.set_num_threads(os.cpu_count() or 1)
   if args.draft == "bundled":
-    target, draft, tokenizer = load_smollm2_pair()
+    target, draft, tokenizer = load_smollm2_pair(draft="token")  # exported for transformers
+    feature = None
+    if smollm2_draft_available("feature"):
+      feature = load_feature_draft(smollm2_draft_dir("feature"), target)
   else:
     target, draft, tokenizer = load_model(path), None, load_tokenizer(path)
+    feature = None
   prompts = load_prompts(pathlib.Path(args.prompts), tokenizer, args.num_prompts)
   eos = int(target.eos_id)
   greedy = SamplingConfig(temperature=0.0)
@@ -109,6 +122,14 @@ def main() -> int:
       ).sequences()[0]
       calls["ours_lookup"] = lambda p=prompt: speculative_generate(
         target, LookupThenModel.for_target(draft, target), [p], gamma=args.gamma, **common
+      ).sequences()[0]
+    if feature is not None:
+      calls["ours_feature"] = lambda p=prompt: speculative_generate(
+        target,
+        LookupThenModel.for_target(feature, target),
+        [p],
+        gamma=args.feature_gamma,
+        **common,
       ).sequences()[0]
     calls["ours_ngram"] = lambda p=prompt: speculative_generate(
       target, ngram, [p], gamma=args.ngram_gamma, **common

@@ -312,6 +312,170 @@ def stage_export(args, draft) -> None:
   log(f"export: {directory} ({size:.1f} MB)")
 
 
+# ---------------------------------------------------------------- 6. card
+
+
+def best_point(report: dict, temperature: float) -> dict:
+  """The measured fastest sweep point of a bench report (token rule) at a temperature."""
+  points = [p for p in report["sweep"] if p["temperature"] == temperature and p["rule"] == "token"]
+  return max(points, key=lambda p: p["speedup"])
+
+
+def batch_speedups(report: dict, temperature: float) -> dict:
+  return {b["batch_size"]: b["speedup"] for b in report["batch"] if b["temperature"] == temperature}
+
+
+def measured(report: dict) -> dict:
+  keys = ("gamma", "alpha", "speedup", "tokens_per_target_call", "efficiency")
+  return {
+    f"t{t:g}": {**{k: best_point(report, t)[k] for k in keys},
+                "batch_speedups": batch_speedups(report, t)}
+    for t in report["settings"]["temperatures"]
+  }  # fmt: skip
+
+
+def write_metrics(args, draft) -> dict:
+  from specsample.train.distill_features import trainable_parameter_count
+
+  with_lookup, alone = (read_json(path) for path in args.bench_reports.split(","))
+  if not with_lookup or not alone:
+    sys.exit(f"card: run the two bench commands first (missing {args.bench_reports})")
+  train_log = read_json(os.path.join(args.work, "train_log.json"))
+  vocab = read_json(os.path.join(args.work, "vocab.json"))
+  generation = read_json(os.path.join(args.work, "generation.json"))
+  history = train_log.get("history") or [[0, None]]
+  directory = os.path.join(args.bundle, "feature_draft")
+  metrics = {
+    "recommended_gamma": best_point(alone, 0.0)["gamma"],
+    "recommended_gamma_with_lookup": best_point(with_lookup, 0.0)["gamma"],
+    "c": alone["costs"]["c"], "c_with_lookup": with_lookup["costs"]["c"],
+    "r": alone["costs"]["r"],
+    "target_step_ms": 1e3 * alone["costs"]["target_seconds"]["1"],
+    "draft_step_ms": 1e3 * alone["costs"]["draft_seconds"],
+    "analytic_alpha_first_proposal": alone.get("analytic_alpha"),
+    "bench": {"with_lookup": measured(with_lookup), "draft_alone": measured(alone),
+              "prompts": alone["num_prompts"],
+              "max_new_tokens": alone["settings"]["max_new_tokens"],
+              "reports": args.bench_reports.split(",")},
+    "draft": {"num_layers": draft.config.num_layers, "d_model": draft.config.d_model,
+              "output_vocab_size": draft.config.output_vocab_size,
+              "trainable_parameters": trainable_parameter_count(draft),
+              "file_mb": round(os.path.getsize(os.path.join(directory, "model.safetensors"))
+                               / 2**20, 1)},
+    "data": {"sequences": train_log.get("sequences"), "positions": train_log.get("positions"),
+             "response_tokens": train_log.get("response_tokens"),
+             "output_vocab_coverage": vocab.get("coverage"), **generation},
+    "training": {"minutes": round(train_log.get("minutes", 0.0), 1),
+                 "final_loss": history[-1][1], "steps": history[-1][0],
+                 "settings": {k: train_log.get("settings", {}).get(k) for k in (
+                   "layers", "output_vocab", "tokens_per_batch", "learning_rate", "cls_weight",
+                   "noise", "prompt_weight", "train_minutes", "max_new_tokens")}},
+    "validation_agreement": read_json(os.path.join(args.work, "validation.json")),
+  }  # fmt: skip
+  with open(os.path.join(directory, "metrics.json"), "w") as f:
+    json.dump(metrics, f, indent=2)
+  log(f"metrics -> {os.path.join(directory, 'metrics.json')}")
+  return metrics
+
+
+def write_card(args, metrics: dict) -> None:
+  m, d, data, t = metrics, metrics["draft"], metrics["data"], metrics["training"]
+  bench, validation = m["bench"], m["validation_agreement"]
+  rows = "\n".join(
+    f"| {task} | {v['greedy']:.2f} | {int(v['tokens'])} |"
+    for task, v in validation.items()
+    if task != "all"
+  )
+  coverage = ", ".join(
+    f"{k}: {v:.1%}" for k, v in (data.get("output_vocab_coverage") or {}).items()
+  )
+
+  def line(name, result):
+    cells = [f"{result[k]['speedup']:.2f}x (gamma {result[k]['gamma']}, alpha "
+             f"{result[k]['alpha']:.2f}, {result[k]['tokens_per_target_call']:.2f} tokens/call)"
+             for k in ("t0", "t1")]  # fmt: skip
+    batch = ", ".join(f"{b}: {x:.2f}x" for b, x in result["t0"]["batch_speedups"].items())
+    return f"| {name} | {cells[0]} | {cells[1]} | {batch} |"
+
+  settings = t["settings"]
+  text = f"""# Bundled feature draft for SmolLM2-135M-Instruct
+
+The default draft of `specsample generate` (`--draft bundled:feature`): a feature-level
+draft (Li et al. 2024, "EAGLE") trained on this machine (2 CPU cores, shared) from the
+target's own responses and features. It reads the target's features (its final-normed
+hidden states) of the committed text, which the target's verify call computes anyway, and
+predicts the next feature with one decoder layer; the target's own output rows turn it
+into logits. `specsample generate` puts prompt lookup in front of it; `--no-prompt-lookup`
+uses it alone. Greedy speculative output equals the target's own greedy output token for
+token; at temperature 1 the output is distributed exactly as the target's.
+
+| | draft |
+|---|---|
+| architecture | concat(token embedding, target feature before it) -> linear {2 * d["d_model"]} -> {d["d_model"]} -> {d["num_layers"]} decoder layer of the target's shape (9 heads / 3 KV heads, MLP 1536) -> the target's output rows of {d["output_vocab_size"]} kept tokens |
+| shared with the target (not stored) | its input embedding and its output rows (the tied embedding) |
+| output vocabulary | the {d["output_vocab_size"]} most frequent response tokens (+ special tokens); every other token gets probability 0, which verification keeps exact |
+| trainable parameters | {d["trainable_parameters"]:,} ({d["file_mb"]} MB float16) |
+| c (draft step / target step, batch 1) | {m["c"]:.3f} ({m["draft_step_ms"]:.1f} ms / {m["target_step_ms"]:.1f} ms); behind prompt lookup {m["c_with_lookup"]:.3f} |
+| r(gamma+1) (target verify / one step) | {", ".join(f"{g}: {x:.2f}" for g, x in m["r"].items())} |
+
+## Measured speedups over the target alone
+
+`specsample bench` on the bundled prompts (`../prompts.jsonl`, {bench["prompts"]} prompts of
+mixed tasks from held-out sources, up to {bench["max_new_tokens"]} new tokens, wall clock,
+compilation excluded, each speculative run timed side by side with the autoregressive one),
+at the measured best gamma; reports: {", ".join(bench["reports"])}.
+
+| draft | batch 1, greedy | batch 1, temperature 1 | greedy, by batch size |
+|---|---|---|---|
+{line("behind prompt lookup (default)", bench["with_lookup"])}
+{line("alone", bench["draft_alone"])}
+
+Greedy agreement of the draft's first proposal (after the target's features) with the
+target on held-out responses, by task:
+
+| task | agreement | tokens |
+|---|---|---|
+{rows}
+| all | {validation["all"]["greedy"]:.2f} | {int(validation["all"]["tokens"])} |
+
+## Data and training
+
+- Prompts: the train split of `specsample.data.chat_prompts` (this machine's own text:
+  standard-library code and docstrings, man pages, gettext messages, license texts, chat
+  templates); the bench prompts come from held-out sources.
+- Data: the target's responses (greedy; temperature 1 for every 4th prompt; up to
+  {settings["max_new_tokens"]} tokens) and its features at every position of prompt +
+  response: {data.get("sequences")} training sequences, {data.get("positions")} positions
+  ({data.get("response_tokens")} response tokens), generated in {data.get("generation_minutes")} min.
+- Output vocabulary coverage of validation response tokens by size: {coverage}.
+- Loss per position: smooth-L1 between the predicted and the target's feature + {settings["cls_weight"]}
+  x cross-entropy from the target's next-token distribution over the kept tokens (both
+  through the same frozen output rows); weight 1 at response positions, {settings["prompt_weight"]}
+  at prompt positions; uniform noise of +-{settings["noise"]} on the input features.
+  AdamW, warmup + cosine, {settings["tokens_per_batch"]} positions per batch, learning rate
+  {settings["learning_rate"]}; {t["steps"]} steps in {t["minutes"]} min (final loss {t["final_loss"]:.3f}).
+- Command: `python scripts/train_smollm2_feature_draft.py --work out/smollm2_feature_draft`
+  (generation and training are capped by wall-clock minutes, so a rerun on another machine
+  ends with a different amount of data and steps), then the bench commands of
+  docs/smollm2.md and `--stages card`.
+
+## Limitations
+
+- Trained on what two CPU cores make in about two hours; the agreement grows with data and
+  steps (see docs/smollm2.md).
+- A feature draft needs its target's features: it works only with SmolLM2-135M-Instruct
+  (or a model with the same embedding and hidden states), drafts one fixed-length chain
+  (no adaptive lengths or trees), and is not a Hugging Face model.
+- Tokens outside the {d["output_vocab_size"]} kept ones are never proposed.
+"""  # noqa: E501
+  with open(os.path.join(args.bundle, "feature_draft", "MODEL_CARD.md"), "w") as f:
+    f.write(text)
+
+
+BENCH_REPORTS = (
+  "docs/bench/smollm2_feature/report.json",
+  "docs/bench/smollm2_feature_alone/report.json",
+)
 STAGES = ("prompts", "generate", "vocab", "train", "export", "card")
 
 
@@ -334,6 +498,11 @@ def main(argv=None) -> int:
   parser.add_argument("--cls-weight", type=float, default=0.5)
   parser.add_argument("--noise", type=float, default=0.1)
   parser.add_argument("--prompt-weight", type=float, default=0.5)
+  parser.add_argument(
+    "--bench-reports",
+    default=",".join(BENCH_REPORTS),
+    help="report.json of the draft behind prompt lookup, then of the draft alone",
+  )
   args = parser.parse_args(argv)
   os.makedirs(args.work, exist_ok=True)
   stages = args.stages.split(",")
@@ -347,6 +516,11 @@ def main(argv=None) -> int:
   draft = stage_train(args, target) if "train" in stages else None
   if "export" in stages:
     stage_export(args, draft)
+  if "card" in stages:
+    from specsample.checkpoints.feature_draft import load_feature_draft
+
+    shipped = load_feature_draft(os.path.join(args.bundle, "feature_draft"), target)
+    write_card(args, write_metrics(args, shipped))
   return 0
 
 

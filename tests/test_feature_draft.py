@@ -272,3 +272,41 @@ def test_training_brings_the_draft_closer_to_the_target(target, draft, tmp_path)
     np.testing.assert_array_equal(
       jax.tree.leaves(trained.params[name]), jax.tree.leaves(draft.params[name])
     )
+
+
+# ---------------------------------------------------------------- the bench
+
+
+def test_bench_measures_a_feature_pair():
+  """Analytic alpha along the target's outputs reads the target's features (a perfect
+  feature draft: 1 exactly), and the whole bench runs: sweep, batches, phases."""
+  from specsample.bench.pair import BenchSettings, alpha_along_target_outputs, bench_pair
+
+  target = MarkovLM.random(0, 7, order=2, scale=2.0, eos_id=6)
+  perfect = MarkovFeatureDraft(target.logits_table, eos_id=6)
+  prompts = [[1, 2], [3], [4, 5, 1], [2]]
+  for temperature in (0.0, 1.0):
+    sampling = SamplingConfig(temperature=temperature)
+    out = generate(target, prompts, max_new_tokens=6, sampling=sampling, seed=3)
+    sequences, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+    alpha = alpha_along_target_outputs(target, perfect, prompts, sequences, lengths, sampling)
+    assert alpha == pytest.approx(1.0, abs=1e-6)
+  noisy = MarkovFeatureDraft(target.logits_table + jax.random.normal(jax.random.key(1), (7,) * 3))
+  settings = BenchSettings(gammas=(2, 3), batch_sizes=(1, 2), max_new_tokens=8, repeats=1,
+                           cost_repeats=2)  # fmt: skip
+  report = bench_pair(target, noisy, prompts, settings)
+  assert 0.2 < report.analytic_alpha[0.0] < 1
+  for phases in report.phases:
+    assert phases.iterations == report.best(phases.temperature).target_calls
+    assert min(phases.prefill_seconds, phases.model_calls_seconds) > 0
+
+
+def test_catch_up_widths_follow_the_accepted_counts():
+  from specsample.bench.phases import catch_up_widths
+
+  histogram = [2, 0, 1, 3]  # gamma 3: six iterations, three blocks accepted whole
+  token_level = np.asarray(catch_up_widths(MarkovLM.random(0, 4), histogram, 8))
+  assert token_level[:6].tolist().count(2) == 3 and token_level.sum() == 8 + 3
+  feature = MarkovFeatureDraft(jnp.zeros((4, 4, 4)))
+  widths = np.asarray(catch_up_widths(feature, histogram, 8))
+  assert widths[0] == 1 and sorted(widths[1:6].tolist()) == [1, 1, 3, 4, 4]

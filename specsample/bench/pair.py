@@ -29,6 +29,7 @@ from specsample.bench.roofline import (
 )
 from specsample.bench.timing import time_calls
 from specsample.core import SamplingConfig, best_gamma, theoretical_speedup
+from specsample.core.contract import uses_target_features
 from specsample.core.sampling import logits_to_probs
 from specsample.core.speedup import expected_tokens_per_iteration
 from specsample.decoding import (
@@ -199,6 +200,8 @@ def alpha_along_target_outputs(
   p and q come from the draft and the target fed the same committed prefix (teacher
   forcing over `sequences` int[batch, length], `lengths` valid tokens per row), after the
   same temperature / top-k / top-p; at temperature 0 this is the argmax agreement rate.
+  A feature draft reads the target's features of the whole prefix here, as its first
+  proposal of a block does (later proposals read its own: their alpha is lower).
   """
   padded, prompt_lengths = pad_to_width(prompts, max(len(p) for p in prompts))
   overlap = _overlap(
@@ -218,14 +221,33 @@ def _overlap(target, draft, prompts, prompt_lengths, sequences, *, sampling):
   """sum_x min(p(x), q(x)) at every position of `sequences`.  -> float32[batch, length]"""
   length = sequences.shape[1]
 
-  def probs(model):
-    state, pending = model.init_state(prompts, prompt_lengths, length + 1)
-    inputs = jnp.concatenate([pending[:, None], sequences[:, :-1]], axis=1)  # [batch, length]
-    full = jnp.full((inputs.shape[0],), length, jnp.int32)
-    logits, _ = model.extend(state, inputs, full)  # [batch, length, vocab]
-    return logits_to_probs(logits, sampling)
+  full = jnp.full((prompts.shape[0],), length, jnp.int32)
 
-  return jnp.sum(jnp.minimum(probs(target), probs(draft)), axis=-1)
+  def inputs_after(pending):  # [batch, length]: the pending token, then the sequence
+    return jnp.concatenate([pending[:, None], sequences[:, :-1]], axis=1)
+
+  if not uses_target_features(draft):
+    probs = []
+    for model in (target, draft):
+      state, pending = model.init_state(prompts, prompt_lengths, length + 1)
+      logits, _ = model.extend(state, inputs_after(pending), full)  # [batch, length, vocab]
+      probs.append(logits_to_probs(logits, sampling))
+    return jnp.sum(jnp.minimum(*probs), axis=-1)
+  # A feature draft reads the target's features of the positions before its inputs: the
+  # last-but-one prompt position's, then the target's own over the sequence.
+  state, pending, prompt_features = target.init_state_with_features(
+    prompts, prompt_lengths, length + 1
+  )
+  inputs = inputs_after(pending)
+  target_logits, features, _ = target.extend_with_features(state, inputs, full)
+  before = jnp.maximum(prompt_lengths - 2, 0)[:, None, None]
+  first = jnp.take_along_axis(prompt_features, before, axis=1)  # [batch, 1, d]
+  first = jnp.where((prompt_lengths >= 2)[:, None, None], first, 0.0)
+  paired = jnp.concatenate([first, features[:, :-1]], axis=1).astype(jnp.float32)
+  draft_state, _ = draft.init_state(prompts, prompt_lengths, length + 1, features=prompt_features)
+  draft_logits, _ = draft.extend(draft_state, inputs, full, features=paired)
+  q, p = logits_to_probs(target_logits, sampling), logits_to_probs(draft_logits, sampling)
+  return jnp.sum(jnp.minimum(p, q), axis=-1)
 
 
 def measure_costs(target, draft, prompt: Sequence[int], max_gamma: int, repeats: int) -> StepCosts:

@@ -36,6 +36,7 @@ import numpy as np
 from specsample.bench.costs import clear_step_programs
 from specsample.bench.timing import interleaved_medians
 from specsample.core import SamplingConfig
+from specsample.core.contract import uses_target_features
 from specsample.decoding import clear_compiled_programs, generate, speculative_generate
 
 
@@ -126,8 +127,7 @@ def phase_breakdown(
     )
     ar_out = generate(target, array, prompt_lengths=length, **common)
     n_iter = jnp.asarray(spec_out.stats.target_calls, jnp.int32)
-    # Each block accepted whole makes the next iteration's catch-up a 2-token call.
-    n_two = jnp.minimum(jnp.asarray(spec_out.stats.accepted_histogram[gamma]), n_iter - 1)
+    widths = catch_up_widths(draft, spec_out.stats.accepted_histogram, max_new_tokens)
     n_steps = jnp.asarray(ar_out.stats.target_calls, jnp.int32)
     iterations += int(n_iter)
     tokens += int(n_steps)
@@ -137,11 +137,11 @@ def phase_breakdown(
           target, draft, a, prompt_lengths=n, gamma=gamma, verification=rule, **common
         ).tokens
       ),
-      "calls": lambda a=array, n=length, i=n_iter, t=n_two: speculative_model_calls(
-        target, draft, a, n, i, t, gamma=gamma, positions=positions, with_draft=True
+      "calls": lambda a=array, n=length, i=n_iter, w=widths: speculative_model_calls(
+        target, draft, a, n, i, w, gamma=gamma, positions=positions, with_draft=True
       ),
-      "target_calls": lambda a=array, n=length, i=n_iter, t=n_two: speculative_model_calls(
-        target, draft, a, n, i, t, gamma=gamma, positions=positions, with_draft=False
+      "target_calls": lambda a=array, n=length, i=n_iter, w=widths: speculative_model_calls(
+        target, draft, a, n, i, w, gamma=gamma, positions=positions, with_draft=False
       ),
       "prefill": lambda a=array, n=length: _prefill(target, draft, a, n, positions=positions),
       "target_prefill": lambda a=array, n=length: _prefill(
@@ -193,6 +193,24 @@ def _prefill(target, draft, prompts, lengths, *, positions: int):
   return states
 
 
+def catch_up_widths(draft, accepted_histogram, max_new_tokens: int) -> jax.Array:
+  """How wide each iteration's catch-up call was, from the histogram of accepted tokens
+  per iteration (order does not matter for timing): a token-level draft owes 2 tokens
+  after a block accepted whole, else 1; a feature draft owes n + 1. -> int32[max_new_tokens]
+  (each iteration commits >= 1 token; past the iterations: padding)."""
+  counts = np.asarray(accepted_histogram, np.int64)  # [gamma + 1]: iterations with n = i
+  gamma, iterations = len(counts) - 1, int(counts.sum())
+  # The first catch-up follows the prompt (1 token); each later one follows an iteration.
+  if uses_target_features(draft):
+    widths = np.concatenate([[1], np.repeat(np.arange(1, gamma + 2), counts)[: iterations - 1]])
+  else:
+    two = min(int(counts[gamma]), iterations - 1)
+    widths = np.repeat([2, 1], [two, iterations - two])
+  padded = np.ones(max_new_tokens, np.int32)
+  padded[: min(len(widths), max_new_tokens)] = widths[:max_new_tokens]
+  return jnp.asarray(padded)
+
+
 @functools.partial(jax.jit, static_argnames=("gamma", "positions", "with_draft"))
 def speculative_model_calls(
   target,
@@ -200,18 +218,23 @@ def speculative_model_calls(
   prompts,
   lengths,
   iterations,
-  two_token_catch_ups,
+  widths,
   *,
   gamma: int,
   positions: int,
   with_draft: bool,
 ):
-  """The speculative loop's model calls, `iterations` times, and nothing else: the draft
-  catches up over 2 tokens in the first `two_token_catch_ups` iterations (as often as the
-  real loop did, after blocks accepted whole), over 1 token in the others."""
-  target_state, last = target.init_state(prompts, lengths, positions)
+  """The speculative loop's model calls, `iterations` times, and nothing else: iteration
+  i's draft catch-up is widths[i] tokens wide (`catch_up_widths`: as the real loop's were;
+  a feature draft's with zero features, and its target call returns features)."""
+  features = uses_target_features(draft)
+  if features:
+    target_state, last, _ = target.init_state_with_features(prompts, lengths, positions)
+  else:
+    target_state, last = target.init_state(prompts, lengths, positions)
   draft_state = draft.init_state(prompts, lengths, positions)[0] if with_draft else None
   one = jnp.ones((prompts.shape[0],), jnp.int32)
+  widest = gamma + 1 if features else 2
 
   def iteration(i, carry):
     target_state, draft_state, token = carry
@@ -219,16 +242,20 @@ def speculative_model_calls(
     if with_draft:
       draft_end = draft_state.end_index
 
-      def catch_up_two(state):
-        logits, state = draft.extend(state, jnp.stack([token, token], 1), 2 * one)
-        return logits[:, 1], state  # [batch, 2, vocab] -> after the second token
+      def catch_up(k: int):
+        def call(state):
+          extra = {}
+          if features:
+            extra["features"] = jnp.zeros((token.shape[0], k, draft.feature_size), jnp.float32)
+          tokens = jnp.repeat(token[:, None], k, axis=1)
+          logits, state = draft.extend(state, tokens, k * one, **extra)
+          return logits[:, -1], state  # [batch, k, vocab] -> after the last token
 
-      def catch_up_one(state):
-        logits, state = draft.extend(state, token[:, None], one)
-        return logits[:, 0], state
+        return call
 
-      logits, draft_state = jax.lax.cond(
-        i < two_token_catch_ups, catch_up_two, catch_up_one, draft_state
+      width = jnp.clip(widths[i], 1, widest)
+      logits, draft_state = jax.lax.switch(
+        width - 1, [catch_up(k) for k in range(1, widest + 1)], draft_state
       )
       drafted = [_argmax(logits)]
       for _ in range(gamma - 1):
@@ -237,7 +264,10 @@ def speculative_model_calls(
       draft_state = draft.rewind(draft_state, draft_end + 1)
     target_end = target_state.end_index
     block = jnp.stack([token, *drafted], axis=1)  # [batch, gamma + 1]
-    logits, target_state = target.extend(target_state, block, (gamma + 1) * one)
+    if features:
+      logits, _, target_state = target.extend_with_features(target_state, block, (gamma + 1) * one)
+    else:
+      logits, target_state = target.extend(target_state, block, (gamma + 1) * one)
     target_state = target.rewind(target_state, target_end + 1)
     return target_state, draft_state, _argmax(logits[:, -1])
 

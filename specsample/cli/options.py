@@ -296,7 +296,9 @@ def compact_weights(args, *models):
 
 
 def load_draft(spec: str, target, *, dtype: str, gguf_blocks: bool = False):
-  """--draft: a checkpoint, or "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
+  """--draft: a checkpoint; a feature draft's directory (read with the target's embedding
+  and output rows); "bundled:feature" / "bundled:token" (SmolLM2's bundled drafts); or
+  "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
   if spec == "ngram" or spec.startswith("ngram:"):
     from specsample.models.ngram import NGramDraft
 
@@ -305,8 +307,40 @@ def load_draft(spec: str, target, *, dtype: str, gguf_blocks: bool = False):
       raise UsageError(f"--draft {spec}: the n-gram size must be 1..8, e.g. ngram:3")
     return NGramDraft.for_target(target, max_ngram=int(size))
   from specsample.checkpoints import load_model
+  from specsample.checkpoints.feature_draft import is_feature_draft_dir, load_feature_draft
 
-  return load_model(spec, dtype=dtype, gguf_blocks=gguf_blocks)
+  if spec.startswith("bundled:"):
+    from specsample import bundled
+
+    kind = spec.partition(":")[2]
+    if kind not in bundled.SMOLLM2_DRAFTS:
+      raise UsageError(f"--draft {spec}: the bundled drafts are bundled:feature, bundled:token")
+    if not bundled.smollm2_draft_available(kind):
+      raise UsageError(f"--draft {spec}: not shipped in {bundled.smollm2_draft_dir(kind)}")
+    spec = str(bundled.smollm2_draft_dir(kind))
+  if is_feature_draft_dir(spec):
+    return load_feature_draft(spec, target, dtype=dtype)
+  shared = _shares_embedding(spec)
+  embedding = target.params["embed"]["embedding"] if shared and hasattr(target, "params") else None
+  return load_model(spec, dtype=dtype, gguf_blocks=gguf_blocks, shared_embedding=embedding)
+
+
+def _shares_embedding(path: str) -> bool:
+  """Whether the draft directory was saved without its input embedding (it shares its
+  target's, `specsample_shared_embedding`)."""
+  import json
+  import os
+
+  from specsample.checkpoints.decoder_only import SHARED_EMBEDDING_KEY
+
+  config = os.path.join(path, "config.json")
+  if not os.path.isfile(config):
+    return False
+  try:
+    with open(config) as f:
+      return bool(json.load(f).get(SHARED_EMBEDDING_KEY))
+  except (OSError, ValueError):
+    return False
 
 
 def with_prompt_lookup(draft, target, choice: bool | None, *, default: bool):
