@@ -180,8 +180,8 @@ def _speculative_loop(
     #    through last, and owes x_1..x_n, y.
     target_state = target.rewind(target_state, jnp.where(active, target_end + n + 1, target_end))
     draft_kept = draft_end + s.draft_num_pending + jnp.minimum(n, m_or_gamma - 1)
-    if with_features:
-      draft_kept = target_end + 1
+    if with_features:  # its catch-up ended at last
+      draft_kept = draft_end + s.draft_num_pending
     draft_state = draft.rewind(block.state, jnp.where(active, draft_kept, draft_end))
     counters = s.counters.record(
       active=active,
