@@ -50,7 +50,8 @@ def read_shards(directory: str) -> list[FeatureSequence]:
   """Every sequence of the shards in `directory` (*.npz, as the training script writes)."""
   sequences = []
   for path in sorted(glob.glob(os.path.join(directory, "*.npz"))):
-    shard = np.load(path)
+    with np.load(path) as stored:  # each stored[name] reads the whole array again: once
+      shard = {name: stored[name] for name in stored.files}
     starts = np.concatenate([[0], np.cumsum(shard["lengths"])])
     feature_starts = np.concatenate([[0], np.cumsum(shard["lengths"] - 1)])
     for row in range(len(shard["lengths"])):
