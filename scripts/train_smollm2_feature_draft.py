@@ -248,6 +248,11 @@ def stage_train(args, target):
   with open(os.path.join(args.work, "vocab.json")) as f:
     ids = np.asarray(json.load(f)["ids"], np.int32)
   draft = df.draft_for_target(target, ids, num_layers=args.layers, seed=args.seed)
+  if args.init_from:  # continue from a trained draft (e.g. with more drafting steps)
+    from specsample.checkpoints.feature_draft import load_feature_draft
+
+    draft = load_feature_draft(args.init_from, target)
+    log(f"train: starting from {args.init_from}")
   path = os.path.join(args.work, "checkpoint.npz")
   train, validation = load_sequences(args)
   positions = sum(len(s.features) for s in train)
@@ -258,7 +263,7 @@ def stage_train(args, target):
     steps=args.train_steps, tokens_per_batch=args.tokens_per_batch,
     learning_rate=args.learning_rate, warmup_steps=min(100, args.train_steps // 10),
     cls_weight=args.cls_weight, noise=args.noise, prompt_weight=args.prompt_weight,
-    max_seconds=60 * args.train_minutes, seed=args.seed,
+    steps_ahead=args.steps_ahead, max_seconds=60 * args.train_minutes, seed=args.seed,
   )  # fmt: skip
   opt_state, start = None, 0
   held = validation[:40]
@@ -266,6 +271,7 @@ def stage_train(args, target):
     draft, opt_state, start = load_checkpoint(path, draft, settings)
     log(f"train: resuming at step {start}")
   finished = os.path.exists(os.path.join(args.work, "train_log.json"))
+  previous_minutes = read_json(args.previous_log).get("minutes", 0.0) if args.previous_log else 0.0
   if start < settings.steps and not finished:
     stream = df.batches(train, settings.tokens_per_batch, args.seed + start,
                         prompt_weight=settings.prompt_weight)  # fmt: skip
@@ -279,7 +285,7 @@ def stage_train(args, target):
       def checkpoint(model, opt_state, step):
         save_checkpoint(path, model, opt_state, step)
         if step % 100 == 0:
-          log(f"train: step {step} validation {df.agreement(model, held)}")
+          log(f"train: step {step} validation {df.agreement(model, held, steps=3)}")
 
       draft, _, history = df.train(
         draft, lambda: next(stream), settings, opt_state=opt_state, start_step=start,
@@ -287,12 +293,13 @@ def stage_train(args, target):
       )  # fmt: skip
     minutes = (time.time() - begin) / 60
     with open(os.path.join(args.work, "train_log.json"), "w") as f:
-      json.dump({"history": history, "minutes": minutes, "sequences": len(train),
+      json.dump({"history": history, "minutes": minutes + previous_minutes,
+                 "sequences": len(train),
                  "positions": positions, "response_tokens": responses,
                  "settings": vars(args)}, f)  # fmt: skip
-  scores = {"all": df.agreement(draft, validation)}
+  scores = {"all": df.agreement(draft, validation, steps=3)}
   for task in sorted({s.task for s in validation}):
-    scores[task] = df.agreement(draft, [s for s in validation if s.task == task])
+    scores[task] = df.agreement(draft, [s for s in validation if s.task == task], steps=3)
   log(f"train: validation agreement {json.dumps(scores)}")
   with open(os.path.join(args.work, "validation.json"), "w") as f:
     json.dump(scores, f, indent=1)
@@ -498,6 +505,16 @@ def main(argv=None) -> int:
   parser.add_argument("--cls-weight", type=float, default=0.5)
   parser.add_argument("--noise", type=float, default=0.1)
   parser.add_argument("--prompt-weight", type=float, default=0.5)
+  parser.add_argument(
+    "--steps-ahead",
+    type=int,
+    default=1,
+    help="drafting steps simulated per position (training-time test; 1: target features only)",
+  )
+  parser.add_argument("--init-from", default=None, help="a feature draft directory to start from")
+  parser.add_argument(
+    "--previous-log", default=None, help="train_log.json of the run --init-from continues"
+  )
   parser.add_argument(
     "--bench-reports",
     default=",".join(BENCH_REPORTS),

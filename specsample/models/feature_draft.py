@@ -61,13 +61,15 @@ class FeatureDraftNetwork(nn.Module):
       "output_ids", lambda _, shape: jnp.arange(shape[0], dtype=jnp.int32), (c.output_vocab_size,)
     )
 
-  def predict_features(self, tokens, features, positions, caches, end_index):
+  def predict_features(self, tokens, features, positions, caches, end_index, allowed=None):
     """tokens int32[batch, k] with the features before them [batch, k, d] at positions
-    int32[batch, k] -> (predicted features [batch, k, d], caches)."""
+    int32[batch, k] -> (predicted features [batch, k, d], caches). allowed bool[batch, k,
+    capacity]: the cache entries each token sees (None: causal by position)."""
     c = self.config
     x = lookup(self.embed, tokens, jnp.dtype(c.dtype))  # [batch, k, d]
     x = self.fuse(jnp.concatenate([x, features.astype(x.dtype)], axis=-1))
-    allowed = attention_mask(positions, caches[0][0].shape[1], c.sliding_window)
+    if allowed is None:
+      allowed = attention_mask(positions, caches[0][0].shape[1], c.sliding_window)
     new_caches = []
     for block, cache in zip(self.blocks, caches, strict=True):
       x, cache = block(x, positions, cache, end_index, allowed)

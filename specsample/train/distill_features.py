@@ -119,33 +119,60 @@ def batches(
     yield make_batch(chosen, width, prompt_weight=prompt_weight)
 
 
-def _predict(config, params, tokens, previous):
-  """The draft over whole sequences: (predicted features [b, L, d], kept logits [b, L, K])."""
+def step_mask(length: int, depth: int, steps: int) -> jax.Array:
+  """Which cache slots position j of drafting step `depth` (0: right after a catch-up,
+  reading the target's features) sees, with `steps` copies of the sequence in the cache
+  (copy e at slots e * length ..): the target-fed entries up to j - depth, then the step-e
+  entry of position j - depth + e for e = 1..depth (itself last) -- the cache of a real
+  drafted block.  -> bool[length, steps * length]."""
+  j = jnp.arange(length)[:, None]  # [L, 1]
+  slot = jnp.arange(steps * length)[None, :]  # [1, S * L]
+  allowed = (slot < length) & (slot <= j - depth)
+  for e in range(1, depth + 1):
+    allowed |= slot == e * length + j - depth + e
+  return allowed
+
+
+def _predict(config, params, tokens, previous, steps: int = 1):
+  """The draft over whole sequences, as drafting steps 1..`steps` of a block would run it
+  (training-time test): step 1 reads `previous` (the target's features), step s > 1 reads
+  step s - 1's predictions, with the cache of a real block (`step_mask`). -> ([predicted
+  features [b, L, d], kept logits [b, L, K]] per step)."""
   b, length = tokens.shape
   network = FeatureDraftNetwork(config)
   positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))
-  caches = empty_caches(config, b, length)
-  x, _ = network.apply(
-    {"params": params}, tokens, previous, positions, caches, jnp.zeros((b,), jnp.int32),
-    method=FeatureDraftNetwork.predict_features,
-  )  # fmt: skip
-  return x, network.apply({"params": params}, x, method=FeatureDraftNetwork.kept_logits)
+  caches = empty_caches(config, b, steps * length)
+  outputs = []
+  for depth in range(steps):
+    allowed = jnp.broadcast_to(step_mask(length, depth, steps), (b, length, steps * length))
+    x, caches = network.apply(
+      {"params": params}, tokens, previous, positions, caches,
+      jnp.full((b,), depth * length, jnp.int32), allowed,
+      method=FeatureDraftNetwork.predict_features,
+    )  # fmt: skip
+    logits = network.apply({"params": params}, x, method=FeatureDraftNetwork.kept_logits)
+    outputs.append((x, logits))
+    previous = previous_features(jax.lax.stop_gradient(x))
+  return outputs
 
 
-def loss(config, params, batch: FeatureBatch, key, *, cls_weight: float, noise: float):
-  """The objective above, averaged over the weighted positions."""
+def loss(
+  config, params, batch: FeatureBatch, key, *, cls_weight: float, noise: float, steps: int = 1
+):
+  """The objective above, averaged over the weighted positions and the drafting steps."""
   previous = previous_features(batch.features)
   if noise:
     previous = previous + jax.random.uniform(key, previous.shape, minval=-noise, maxval=noise)
-  x, draft_logits = _predict(config, params, batch.tokens, previous)
   target_logits = jnp.einsum("bld,kd->blk", batch.features, params["output_embedding"])
-  cross_entropy = -jnp.sum(
-    jax.nn.softmax(target_logits) * jax.nn.log_softmax(draft_logits), axis=-1
-  )  # [b, L]
-  error = jnp.abs(x - batch.features)
-  smooth_l1 = jnp.mean(jnp.where(error < 1.0, 0.5 * error**2, error - 0.5), axis=-1)  # [b, L]
-  per_position = smooth_l1 + cls_weight * cross_entropy
-  return jnp.sum(per_position * batch.weights) / jnp.maximum(jnp.sum(batch.weights), 1.0)
+  target_probs = jax.nn.softmax(target_logits)
+  total = 0.0
+  for x, draft_logits in _predict(config, params, batch.tokens, previous, steps):
+    cross_entropy = -jnp.sum(target_probs * jax.nn.log_softmax(draft_logits), axis=-1)  # [b, L]
+    error = jnp.abs(x - batch.features)
+    smooth_l1 = jnp.mean(jnp.where(error < 1.0, 0.5 * error**2, error - 0.5), axis=-1)
+    per_position = smooth_l1 + cls_weight * cross_entropy
+    total += jnp.sum(per_position * batch.weights) / jnp.maximum(jnp.sum(batch.weights), 1.0)
+  return total / steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +184,7 @@ class FeatureDistillSettings:
   weight_decay: float = 0.01
   cls_weight: float = 0.5
   noise: float = 0.1  # half-width of the uniform noise on input features
+  steps_ahead: int = 1  # drafting steps simulated per position (training-time test)
   prompt_weight: float = 0.5
   max_seconds: float | None = None  # stop early when the wall-clock budget is spent
   log_every: int = 25
@@ -201,8 +229,8 @@ def train(
   @functools.partial(jax.jit, donate_argnums=(0, 1))
   def step(trainable, opt_state, batch, key):
     def objective(trainable):
-      return loss(config, {**trainable, **frozen}, batch, key,
-                  cls_weight=settings.cls_weight, noise=settings.noise)  # fmt: skip
+      return loss(config, {**trainable, **frozen}, batch, key, cls_weight=settings.cls_weight,
+                  noise=settings.noise, steps=settings.steps_ahead)  # fmt: skip
 
     value, grads = jax.value_and_grad(objective)(trainable)
     updates, opt_state = optimizer.update(grads, opt_state, trainable)
@@ -231,31 +259,40 @@ def train(
   return FeatureDraft(params={**trainable, **frozen}, config=config), opt_state, log
 
 
-@functools.partial(jax.jit, static_argnames=("config",))
-def _agreement_counts(config, params, batch: FeatureBatch):
-  """Per position: does the draft's argmax (reading the target's features, as right after
-  a catch-up) equal the next token, and is the position a response position of a greedy
-  response (where the next token IS the target's argmax)."""
-  _, logits = _predict(config, params, batch.tokens, previous_features(batch.features))
-  guess = params["output_ids"][jnp.argmax(logits, axis=-1)]  # [b, L]
-  return guess == batch.next_tokens
+@functools.partial(jax.jit, static_argnames=("config", "steps"))
+def _agreement_counts(config, params, batch: FeatureBatch, steps: int):
+  """Per drafting step and position: does the draft's argmax equal the next token (which
+  at response positions of a greedy response IS the target's argmax)?  -> bool[steps, b, L]"""
+  outputs = _predict(config, params, batch.tokens, previous_features(batch.features), steps)
+  return jnp.stack(
+    [
+      params["output_ids"][jnp.argmax(logits, axis=-1)] == batch.next_tokens
+      for _, logits in outputs
+    ]
+  )
 
 
-def agreement(draft: FeatureDraft, sequences: Sequence[FeatureSequence], batch_size: int = 4):
+def agreement(
+  draft: FeatureDraft, sequences: Sequence[FeatureSequence], batch_size: int = 4, steps: int = 1
+):
   """{"greedy": share of response positions of greedy responses where the draft's first
-  proposal (after the target's features) is the target's token, "tokens": how many}."""
+  proposal (after the target's features) is the target's token, "tokens": how many, and
+  with steps > 1 "by_step": the same for drafting steps 1..steps of a block}."""
   greedy = [s for s in sequences if s.temperature == 0.0]
-  hits = total = 0
+  hits, total = np.zeros(steps), 0
   for start in range(0, len(greedy), batch_size):
     chunk = greedy[start : start + batch_size]
     width = -(-max(len(s.tokens) for s in chunk) // 128) * 128
     batch = make_batch(chunk, width)
-    agree = np.asarray(_agreement_counts(draft.config, draft.params, batch))
+    agree = np.asarray(_agreement_counts(draft.config, draft.params, batch, steps))
     for row, s in enumerate(chunk):
       response = slice(s.prompt_length - 1, len(s.tokens) - 1)
-      hits += int(agree[row, response].sum())
+      hits += agree[:, row, response].sum(axis=1)
       total += len(s.tokens) - s.prompt_length
-  return {"greedy": hits / max(total, 1), "tokens": total}
+  result = {"greedy": float(hits[0]) / max(total, 1), "tokens": total}
+  if steps > 1:
+    result["by_step"] = [float(h) / max(total, 1) for h in hits]
+  return result
 
 
 def trainable_parameter_count(draft: FeatureDraft) -> int:
