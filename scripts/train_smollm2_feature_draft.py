@@ -350,40 +350,96 @@ def stage_summary(train_log: dict) -> dict:
                                           "max_new_tokens")}}  # fmt: skip
 
 
-def write_metrics(args, draft) -> dict:
-  from specsample.train.distill_features import trainable_parameter_count
+def alpha_by_task(target, draft, tokenizer, path: str, gamma: int, max_new_tokens: int) -> dict:
+  """Alpha and target tokens per call of the draft alone, by task of the bench prompts at
+  `path`, greedy and temperature 1, one prompt at a time (batch 1, gamma fixed)."""
+  from specsample.bench.pair import pad_to_width
+  from specsample.core.sampling import SamplingConfig
+  from specsample.decoding.speculative import speculative_generate
 
-  with_lookup, alone = (read_json(path) for path in args.bench_reports.split(","))
-  if not with_lookup or not alone:
-    sys.exit(f"card: run the two bench commands first (missing {args.bench_reports})")
-  train_log = read_json(os.path.join(args.work, "train_log.json"))
+  counts: dict = {}
+  prompts = chat_prompts.read_jsonl(path)
+  ids = [tokenizer.apply_chat_template([{"role": "user", "content": p.prompt}]) for p in prompts]
+  width = max(len(x) for x in ids)  # one width: one compiled program for every prompt
+  for temperature in (0.0, 1.0):
+    for i, prompt in enumerate(prompts):
+      array, length = pad_to_width([ids[i]], width)
+      out = speculative_generate(
+        target, draft, array, prompt_lengths=length,
+        gamma=gamma, max_new_tokens=max_new_tokens,
+        sampling=SamplingConfig(temperature=temperature), seed=i,
+      )  # fmt: skip
+      for task in (prompt.task, "all"):
+        c = counts.setdefault(f"t{temperature:g}", {}).setdefault(task, [0, 0, 0, 0])
+        c[0] += int(np.sum(out.stats.accepted))
+        c[1] += int(np.sum(out.stats.rejected))
+        c[2] += int(np.sum(out.stats.iterations))
+        c[3] += 1
+  return {
+    t: {task: {"alpha": a / max(1, a + r), "tokens_per_target_call": (a + n) / max(1, n),
+               "prompts": k} for task, (a, r, n, k) in by_task.items()}
+    for t, by_task in counts.items()
+  }  # fmt: skip
+
+
+def training_facts(args, directory: str) -> dict:
+  """data / training / validation_agreement from the work directory's logs, or, where
+  they are gone, as the draft's metrics.json recorded them (the card is rewritten from
+  new bench reports without retraining)."""
+  log_path = os.path.join(args.work, "train_log.json")
+  if not os.path.exists(log_path):
+    kept = read_json(os.path.join(directory, "metrics.json"))
+    if "training" not in kept:
+      sys.exit(f"card: no training log ({log_path}) and no training facts in "
+               f"{directory}/metrics.json: run the train stage first")  # fmt: skip
+    log(f"card: no {log_path}; training facts kept from {directory}/metrics.json")
+    return {k: kept[k] for k in ("data", "training", "validation_agreement")}
+  train_log = read_json(log_path)
   previous = read_json(args.previous_log) if args.previous_log else {}
   vocab = read_json(os.path.join(args.work, "vocab.json"))
   generation = read_json(os.path.join(args.work, "generation.json"))
-  directory = os.path.join(args.bundle, "feature_draft")
-  metrics = {
-    "recommended_gamma": best_point(alone, 0.0)["gamma"],
-    "recommended_gamma_with_lookup": best_point(with_lookup, 0.0)["gamma"],
-    "c": alone["costs"]["c"], "c_with_lookup": with_lookup["costs"]["c"],
-    "r": alone["costs"]["r"],
-    "target_step_ms": 1e3 * alone["costs"]["target_seconds"]["1"],
-    "draft_step_ms": 1e3 * alone["costs"]["draft_seconds"],
-    "analytic_alpha_first_proposal": alone.get("analytic_alpha"),
-    "bench": {"with_lookup": measured(with_lookup), "draft_alone": measured(alone),
-              "prompts": alone["num_prompts"],
-              "max_new_tokens": alone["settings"]["max_new_tokens"],
-              "reports": args.bench_reports.split(",")},
-    "draft": {"num_layers": draft.config.num_layers, "d_model": draft.config.d_model,
-              "output_vocab_size": draft.config.output_vocab_size,
-              "trainable_parameters": trainable_parameter_count(draft),
-              "file_mb": round(os.path.getsize(os.path.join(directory, "model.safetensors"))
-                               / 2**20, 1)},
+  return {
     "data": {"sequences": train_log.get("sequences"), "positions": train_log.get("positions"),
              "response_tokens": train_log.get("response_tokens"),
              "output_vocab_coverage": vocab.get("coverage"), **generation},
     "training": {"minutes": round(train_log.get("minutes", 0.0), 1),
                  "stages": [stage_summary(log) for log in (previous, train_log) if log]},
     "validation_agreement": read_json(os.path.join(args.work, "validation.json")),
+  }  # fmt: skip
+
+
+def write_metrics(args, draft, target, tokenizer) -> dict:
+  from specsample.train.distill_features import trainable_parameter_count
+
+  with_lookup, alone = (read_json(path) for path in args.bench_reports.split(","))
+  if not with_lookup or not alone:
+    sys.exit(f"card: run the two bench commands first (missing {args.bench_reports})")
+  directory = os.path.join(args.bundle, "feature_draft")
+  facts = training_facts(args, directory)
+  gamma = best_point(alone, 0.0)["gamma"]
+  log(f"card: alpha by task (gamma {gamma}, {args.bench_prompts})")
+  by_task = alpha_by_task(target, draft, tokenizer, args.bench_prompts, gamma,
+                          alone["settings"]["max_new_tokens"])  # fmt: skip
+  metrics = {
+    "recommended_gamma": gamma,
+    "recommended_gamma_with_lookup": best_point(with_lookup, 0.0)["gamma"],
+    "c": alone["costs"]["c"], "c_with_lookup": with_lookup["costs"]["c"],
+    "r": alone["costs"]["r"],
+    "target_step_ms": 1e3 * alone["costs"]["target_seconds"]["1"],
+    "draft_step_ms": 1e3 * alone["costs"]["draft_seconds"],
+    "analytic_alpha_first_proposal": alone.get("analytic_alpha"),
+    "machine": alone.get("machine"),
+    "bench": {"with_lookup": measured(with_lookup), "draft_alone": measured(alone),
+              "prompts": alone["num_prompts"],
+              "max_new_tokens": alone["settings"]["max_new_tokens"],
+              "reports": args.bench_reports.split(",")},
+    "alpha_by_task": {"gamma": gamma, **by_task},
+    "draft": {"num_layers": draft.config.num_layers, "d_model": draft.config.d_model,
+              "output_vocab_size": draft.config.output_vocab_size,
+              "trainable_parameters": trainable_parameter_count(draft),
+              "file_mb": round(os.path.getsize(os.path.join(directory, "model.safetensors"))
+                               / 2**20, 1)},
+    **facts,
   }  # fmt: skip
   with open(os.path.join(directory, "metrics.json"), "w") as f:
     json.dump(metrics, f, indent=2)
@@ -395,20 +451,30 @@ def write_card(args, metrics: dict) -> None:
   m, d, data, t = metrics, metrics["draft"], metrics["data"], metrics["training"]
   bench, validation = m["bench"], m["validation_agreement"]
   rows = "\n".join(
-    f"| {task} | {' | '.join(f'{x:.2f}' for x in v['by_step'])} | {int(v['tokens'])} |"
+    f"| {task} | {' | '.join(f'{x:.2f}' for x in v['by_step'])} | {v.get('tokens') or 'n/a'} |"
     for task, v in validation.items()
-    if task != "all"
+  )
+  by_task = m["alpha_by_task"]
+  task_rows = "\n".join(
+    f"| {task} | {by_task['t0'][task]['prompts']} | {by_task['t0'][task]['alpha']:.2f} | "
+    f"{by_task['t0'][task]['tokens_per_target_call']:.2f} | {by_task['t1'][task]['alpha']:.2f} | "
+    f"{by_task['t1'][task]['tokens_per_target_call']:.2f} |"
+    for task in sorted(by_task["t0"], key=lambda k: (k == "all", k))
   )
   stages = t["stages"]
   first = stages[0]
   training = "; ".join(
     f"{s['steps']} steps at learning rate {s['learning_rate']}, {s['steps_ahead'] or 1} "
-    f"drafting step(s) simulated (final loss {s['final_loss']:.3f})"
+    f"drafting step(s) simulated"
+    + (f" (final loss {s['final_loss']:.3f})" if s.get("final_loss") is not None else "")
     for s in stages
   )
   coverage = ", ".join(
     f"{k}: {v:.1%}" for k, v in (data.get("output_vocab_coverage") or {}).items()
   )
+  record = f"\n\n{t['note']}" if t.get("note") else ""
+  machine = m.get("machine") or {}
+  machine_text = f"{machine.get('cpu')}, {machine.get('cpu_cores')} cores, jax {machine.get('jax')}"
 
   def line(name, result):
     cells = [f"{result[k]['speedup']:.2f}x (gamma {result[k]['gamma']}, alpha "
@@ -443,12 +509,20 @@ token; at temperature 1 the output is distributed exactly as the target's.
 `specsample bench` on the bundled prompts (`../prompts.jsonl`, {bench["prompts"]} prompts of
 mixed tasks from held-out sources, up to {bench["max_new_tokens"]} new tokens, wall clock,
 compilation excluded, each speculative run timed side by side with the autoregressive one),
-at the measured best gamma; reports: {", ".join(bench["reports"])}.
+at the measured best gamma; reports: {", ".join(bench["reports"])}; machine: {machine_text}.
 
 | draft | batch 1, greedy | batch 1, temperature 1 | greedy, by batch size |
 |---|---|---|---|
 {line("behind prompt lookup (default)", bench["with_lookup"])}
 {line("alone", bench["draft_alone"])}
+
+Alpha (accepted / proposed up to the first rejection) and target tokens per call of the
+draft alone, by task, gamma {by_task["gamma"]}, batch 1, the same prompts and token limit
+(`--stages card` measures it):
+
+| task | prompts | alpha, greedy | tokens/call, greedy | alpha, T=1 | tokens/call, T=1 |
+|---|---|---|---|---|---|
+{task_rows}
 
 Greedy agreement with the target on held-out responses (every 20th train prompt), by task
 and drafting step: step 1 reads the target's features, steps 2 and 3 the draft's own
@@ -457,7 +531,6 @@ predictions (teacher-forced tokens; with the cache of a real drafted block):
 | task | step 1 | step 2 | step 3 | tokens |
 |---|---|---|---|---|
 {rows}
-| all | {" | ".join(f"{x:.2f}" for x in validation["all"]["by_step"])} | {int(validation["all"]["tokens"])} |
 
 ## Data and training
 
@@ -486,7 +559,7 @@ predictions (teacher-forced tokens; with the cache of a real drafted block):
   --steps-ahead 3 --train-steps 250 --train-minutes 25 --learning-rate 1e-3 --cls-weight
   1.0`, then the bench commands of docs/smollm2.md and `--stages card --previous-log
   ...`. Generation and training are capped by wall-clock minutes, so a rerun on another
-  machine ends with a different amount of data and steps.
+  machine ends with a different amount of data and steps.{record}
 
 ## Limitations
 
@@ -538,6 +611,11 @@ def main(argv=None) -> int:
     "--previous-log", default=None, help="train_log.json of the run --init-from continues"
   )
   parser.add_argument(
+    "--bench-prompts",
+    default=os.path.join(BUNDLE, "prompts.jsonl"),
+    help="the card's alpha by task runs the draft alone on these prompts",
+  )
+  parser.add_argument(
     "--bench-reports",
     default=",".join(BENCH_REPORTS),
     help="report.json of the draft behind prompt lookup, then of the draft alone",
@@ -559,7 +637,7 @@ def main(argv=None) -> int:
     from specsample.checkpoints.feature_draft import load_feature_draft
 
     shipped = load_feature_draft(os.path.join(args.bundle, "feature_draft"), target)
-    write_card(args, write_metrics(args, shipped))
+    write_card(args, write_metrics(args, shipped, target, tokenizer))
   return 0
 
 
