@@ -16,7 +16,9 @@ Stages (each resumes from what --work already holds):
   4. train     the draft (feature regression + distillation of the target's next-token
                distribution) -> work/checkpoint.npz, work/train_log.json
   5. export    float16 draft (no embedding: it shares the target's) -> BUNDLE/feature_draft
-  6. card      metrics.json and MODEL_CARD.md from the training logs and a bench report
+  6. card      metrics.json and MODEL_CARD.md from the training logs (or, where the work
+               directory is gone, the training facts metrics.json already holds), the two
+               bench reports, and alpha by task measured on the bench prompts (~4 min)
 
   python scripts/train_smollm2_feature_draft.py --work out/smollm2_feature_draft
   python scripts/train_smollm2_feature_draft.py --work /tmp/tiny --train-prompts 16 \\
@@ -452,7 +454,7 @@ def write_card(args, metrics: dict) -> None:
   bench, validation = m["bench"], m["validation_agreement"]
   rows = "\n".join(
     f"| {task} | {' | '.join(f'{x:.2f}' for x in v['by_step'])} | {v.get('tokens') or 'n/a'} |"
-    for task, v in validation.items()
+    for task, v in sorted(validation.items(), key=lambda kv: kv[0] == "all")
   )
   by_task = m["alpha_by_task"]
   task_rows = "\n".join(
