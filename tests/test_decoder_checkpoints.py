@@ -178,3 +178,19 @@ def test_bad_checkpoints_get_clear_errors(tmp_path):
     load_model(yarn)
   with pytest.raises(CheckpointError, match="no such file or directory"):
     load_model(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize(
+  "dtype, expected",
+  [(torch.float32, "float32"), (torch.float16, "float32"), (torch.bfloat16, "bfloat16")],
+)
+def test_stored_weight_format_of_hf_directories(tmp_path, dtype, expected):
+  """--weights auto reads the safetensors headers (sharded here): all-bfloat16 matrices
+  -> bfloat16, whose widening to float32 is exact; float16 -> float32."""
+  from specsample.checkpoints.loader import stored_weight_format
+
+  build("qwen2", tmp_path / "float32").to(dtype).save_pretrained(
+    tmp_path / "saved", max_shard_size="20KB"
+  )
+  assert os.path.exists(tmp_path / "saved" / "model.safetensors.index.json")
+  assert stored_weight_format(tmp_path / "saved") == expected

@@ -415,3 +415,40 @@ def test_unsupported_tensor_types(tmp_path, monkeypatch):
   write_tiny(tmp_path / "q4.gguf", Q.Q4_0)
   monkeypatch.delitem(gguf.quants._type_traits, Q.Q4_0)
   assert_fails(tmp_path / "q4.gguf", "has type Q4_0, which the gguf package cannot dequantize")
+
+
+@pytest.mark.parametrize(
+  "type_name, expected",
+  [("F32", "float32"), ("F16", "float32"), ("BF16", "bfloat16"), ("Q8_0", "gguf"),
+   ("Q4_1", "gguf"), ("Q4_K", "gguf"), ("Q6_K", "gguf"), ("Q5_K", "float32")],
+)  # fmt: skip
+def test_stored_weight_format_of_each_type(tmp_path, type_name, expected):
+  """--weights auto: blocks the kernel keeps -> gguf; all-bfloat16 matrices -> bfloat16
+  (widening is exact); float16 and block types the kernel does not keep -> float32."""
+  from specsample.checkpoints.loader import stored_weight_format
+
+  path = tmp_path / f"tiny-{type_name}.gguf"
+  write_tiny(path, Q[type_name], s=LARGE if type_name in K_QUANT_SCALES else SMALL)
+  assert stored_weight_format(path) == expected
+
+
+@needs_smollm2
+def test_stored_weight_format_of_smollm2_and_its_resolution():
+  """SmolLM2's Q4_1 + Q8_0 file -> gguf; the CLI's --weights auto takes it, except with
+  --dtype bfloat16 or --mesh (float32); an explicit --weights stays."""
+  import argparse
+
+  from specsample.checkpoints.loader import stored_weight_format
+  from specsample.cli.options import resolve_weights
+
+  assert stored_weight_format(SMOLLM2) == "gguf"
+
+  def resolved(**options):
+    args = argparse.Namespace(**({"weights": "auto", "dtype": "float32", "mesh": None} | options))
+    return resolve_weights(args, SMOLLM2), args.weights
+
+  assert resolved() == ("gguf", "gguf")
+  assert resolved(dtype="bfloat16") == ("float32", "float32")
+  assert resolved(mesh="data=1") == ("float32", "float32")
+  assert resolved(weights="bfloat16") == ("bfloat16", "bfloat16")
+  assert resolve_weights(argparse.Namespace(weights="auto", dtype="float32"), None) == "float32"

@@ -117,6 +117,11 @@ def gguf_tensor_types(path: str | os.PathLike) -> dict[str, str]:
   return {t.name: t.tensor_type.name for t in _reader(path).tensors}
 
 
+def gguf_matrix_types(path: str | os.PathLike) -> set[str]:
+  """The ggml type names of a GGUF file's matrices (its tensors of two or more axes)."""
+  return {t.tensor_type.name for t in _reader(path).tensors if len(t.shape) >= 2}
+
+
 def _scalar(reader, key: str, path: str, default=None, required: bool = False):
   field = reader.fields.get(key)
   if field is None:

@@ -98,6 +98,24 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
     raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
 
 
+def safetensors_matrix_dtypes(directory: str) -> set[str]:
+  """The safetensors dtype names ("F32", "BF16", ...) of a Hugging Face directory's
+  floating matrices (tensors of two or more axes), from the files' headers alone."""
+  from safetensors import safe_open
+
+  dtypes: set[str] = set()
+  for path in _safetensors_files(directory):
+    try:
+      with safe_open(path, framework="numpy") as f:
+        for name in f.keys():  # noqa: SIM118
+          tensor = f.get_slice(name)
+          if len(tensor.get_shape()) >= 2 and tensor.get_dtype().startswith(("F", "BF")):
+            dtypes.add(tensor.get_dtype())
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+      raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
+  return dtypes
+
+
 def read_hf_json(path: str) -> dict:
   """A config.json-like file as a dict; CheckpointError naming it if unreadable."""
   try:

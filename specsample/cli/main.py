@@ -63,8 +63,11 @@ def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> No
     "rounding changes greedy output)",
   )  # fmt: skip
   parser.add_argument(
-    "--weights", choices=["float32", "bfloat16", "gguf"], default="float32",
-    help="bfloat16: weight matrices stored in bfloat16 (half the memory and the bytes read "
+    "--weights", choices=["auto", "float32", "bfloat16", "gguf"], default="auto",
+    help="auto (default): as the target checkpoint stores them (a GGUF's blocks, bfloat16 "
+    "matrices, else float32; float32 with --dtype bfloat16 or --mesh). float32: every "
+    "matrix widened to float32 at load. "
+    "bfloat16: weight matrices stored in bfloat16 (half the memory and the bytes read "
     "per token), arithmetic in float32 (with --dtype float32); logits equal those of the "
     "float32 model with the rounded weights. gguf: a GGUF checkpoint's "
     "Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matrices stay in their blocks (a fifth of float32's "

@@ -260,24 +260,54 @@ def check_tokenizer(tokenizer, model, role: str = "target") -> None:
 
 def check_weights_option(args) -> None:
   """--weights other than float32 keeps the arithmetic in float32: refused with another
-  --dtype (checked before anything is loaded)."""
+  --dtype (checked before anything is loaded; --weights auto then means float32)."""
   weights = getattr(args, "weights", "float32")
-  if weights != "float32" and args.dtype != "float32":
+  if weights not in ("auto", "float32") and args.dtype != "float32":
     raise UsageError(
       f"--weights {weights} keeps the arithmetic in float32: drop --dtype {args.dtype}"
     )
 
 
+def resolve_weights(args, target_path: str | None) -> str:
+  """--weights auto (the default) becomes the format the target checkpoint stores
+  (`checkpoints.loader.stored_weight_format`: a GGUF's blocks, bfloat16 matrices, else
+  float32), said on stderr when it is not float32; float32 with --dtype bfloat16, with
+  --mesh, or without a target checkpoint (the bundled T5 pair). Sets and returns
+  args.weights."""
+  if getattr(args, "weights", "float32") != "auto":
+    return args.weights
+  args.weights = "float32"
+  if target_path is not None and args.dtype == "float32" and not getattr(args, "mesh", None):
+    from specsample.checkpoints.loader import stored_weight_format
+
+    args.weights = stored_weight_format(target_path)
+  if args.weights != "float32":
+    kind = "its blocks" if args.weights == "gguf" else "bfloat16 matrices"
+    print(
+      f"weights: {args.weights} ({kind}, as the checkpoint stores them; --weights float32 "
+      "for float32 matrices)",
+      file=sys.stderr,
+    )
+  return args.weights
+
+
 def gguf_blocks(args) -> bool:
   """--weights gguf: GGUF checkpoints load with their blocks kept (`load_model`)."""
-  return getattr(args, "weights", "float32") == "gguf"
+  return _resolved(args) == "gguf"
+
+
+def _resolved(args) -> str:
+  weights = getattr(args, "weights", "float32")
+  if weights == "auto":
+    raise RuntimeError("--weights auto: call resolve_weights(args, target_path) first")
+  return weights
 
 
 def compact_weights(args, *models):
   """The models with --weights applied (bfloat16 weight matrices, float32 arithmetic);
   models without parameters (an n-gram draft) pass unchanged. With --weights gguf the
   models were loaded with their blocks: the first (the target) must have some."""
-  if getattr(args, "weights", "float32") == "float32":
+  if _resolved(args) == "float32":
     return models
   from specsample.models.weights import block_formats, with_weight_dtype
 
