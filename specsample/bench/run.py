@@ -14,6 +14,18 @@ from specsample.bench.output import markdown, plot, write_json
 from specsample.bench.pair import BenchSettings, PairReport, bench_pair, bench_steps
 
 
+def cpu_model() -> str:
+  """The CPU's model name ("Intel(R) Xeon(R) Processor", ...) from /proc/cpuinfo, else
+  what `platform` knows."""
+  try:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith("model name"):
+        return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
 def machine_description() -> dict:
   device = jax.devices()[0]
   return {
