@@ -23,13 +23,22 @@ setup(
   ext_modules=[
     Extension(
       "specsample.kernels._small_k_matmul",
-      sources=["specsample/kernels/small_k_matmul.cc"],
-      depends=["specsample/kernels/small_k_matmul.h", "specsample/kernels/small_k_matmul_simd.h"],
+      sources=["specsample/kernels/small_k_matmul.cc", "specsample/kernels/attention.cc"],
+      depends=[
+        "specsample/kernels/small_k_matmul.h",
+        "specsample/kernels/small_k_matmul_simd.h",
+        "specsample/kernels/int8_matmul.h",
+        "specsample/kernels/int8_matmul_simd.h",
+        "specsample/kernels/spin_pool.h",
+        "specsample/kernels/attention_simd.h",
+      ],
       include_dirs=[_xla_ffi_include_dir()],
       # AVX-512 and AVX2 code is confined to functions marked target("avx512f,...") or
       # target("avx2,fma") and only called after a run-time CPU check, so the library loads
       # on any x86-64 CPU.
-      extra_compile_args=["-O3", "-std=c++17", "-w"],
+      # -ffp-contract=off: no multiply-add is fused unless the code says so (the 8-bit
+      # kernels' float steps are specified exactly, int8_blocks.reference_matmul).
+      extra_compile_args=["-O3", "-std=c++17", "-w", "-ffp-contract=off"],
       language="c++",
       optional=True,
     )

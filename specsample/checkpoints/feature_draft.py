@@ -18,7 +18,7 @@ import numpy as np
 
 from specsample.checkpoints.decoder_only import OUTPUT_VOCAB_KEY, config_from_hf, hf_config_of
 from specsample.checkpoints.t5_params import CheckpointError, flatten
-from specsample.kernels import blocks
+from specsample.kernels import blocks, int8_blocks
 from specsample.models.feature_draft import FeatureDraft
 
 ARCHITECTURE_KEY = "specsample_architecture"
@@ -100,6 +100,8 @@ def load_feature_draft(directory: str | os.PathLike, target, *, dtype: str = "fl
   ids = params["output_ids"]
   if isinstance(embedding, blocks.BlockMatrix):
     rows = blocks.take_rows(embedding, ids)
+  elif isinstance(embedding, int8_blocks.Int8BlockMatrix):
+    rows = int8_blocks.take_rows(embedding, ids)
   else:
     rows = jnp.take(embedding, ids, axis=0)
   params["embed"] = {"embedding": embedding}

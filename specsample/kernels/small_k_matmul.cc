@@ -19,7 +19,10 @@
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
+#include "int8_matmul.h"
+#include "spin_pool.h"
 #include "small_k_matmul.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -32,57 +35,28 @@ namespace {
 // hand-off (a few microseconds).
 constexpr int64_t kMinWeightsPerThread = 1 << 16;
 constexpr int64_t kMaxThreads = 64;
+// Parts per thread of an 8-bit-activation product (taken from a counter: a thread that
+// starts late or runs slower takes fewer).
+constexpr int64_t kInt8PartsPerWorker = 4;
 
-// Waits for parts that other threads have claimed and are running: spins briefly (a part
-// takes microseconds to milliseconds), then yields the core, which a descheduled worker
-// on a busy 2-core machine may need.
-void WaitUntilDone(const std::atomic<int64_t>& done, int64_t parts) {
-  for (int spins = 0; done.load(std::memory_order_acquire) < parts; ++spins) {
-    if (spins < 4096) {
-      _mm_pause();
-    } else {
-      std::this_thread::yield();
-    }
-  }
-}
-
-// How many parts to split a product over: one per pool thread, fewer when a part would
-// hold under kMinWeightsPerThread weights, and at most `splittable` (rows or columns).
+// How many parts to split a product over: one per thread (XLA's intra-op pool's size), fewer
+// when a part would hold under kMinWeightsPerThread weights, and at most `splittable` (rows
+// or columns).
 int64_t PartsFor(ffi::ThreadPool& pool, int64_t weights, int64_t splittable) {
   int64_t parts = std::min<int64_t>(pool.num_threads(), kMaxThreads);
   parts = std::min<int64_t>({parts, weights / kMinWeightsPerThread, splittable});
   return std::max<int64_t>(1, parts);
 }
 
-// Runs part(0) .. part(parts - 1) on this thread and the pool. Parts are claimed from a
-// counter by this thread and by the tasks handed to the pool, so the call never waits on a
-// task that has not started (the pool may be busy, even with another of these calls); a
-// task that starts after all parts are claimed returns at once without calling `part`.
-// The counters live in shared state, not on this stack, because such a task may start
-// after this call has returned.
+// Runs part(0) .. part(parts - 1) on this thread and the spinning threads of SpinPool (as
+// many threads in all as XLA's intra-op pool has).
 template <typename Part>
-void RunParts(ffi::ThreadPool& pool, int64_t parts, Part part) {
+void RunParts(ffi::ThreadPool& pool, int64_t parts, const Part& part) {
   if (parts == 1) {
     part(0);
     return;
   }
-  struct Job {
-    explicit Job(Part p, int64_t n) : part(std::move(p)), parts(n) {}
-    Part part;
-    int64_t parts;
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-  };
-  auto job = std::make_shared<Job>(std::move(part), parts);
-  auto work = [job] {
-    for (int64_t p; (p = job->next.fetch_add(1)) < job->parts;) {
-      job->part(p);
-      job->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  for (int64_t t = 1; t < parts; ++t) pool.Schedule(decltype(work)(work));
-  work();
-  WaitUntilDone(job->done, parts);
+  SpinPool::Get(static_cast<int>(std::min<int64_t>(pool.num_threads(), kMaxThreads))).Run(parts, part);
 }
 
 // The instruction sets this CPU can run the kernels with, as bits 1 << Isa. The AVX-512
@@ -93,15 +67,38 @@ int CpuIsas() {
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                     __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  const bool avx_vnni = avx2 && __builtin_cpu_supports("avxvnni");
   return (avx2 ? 1 << static_cast<int>(Isa::kAvx2) : 0) |
-         (avx512 ? 1 << static_cast<int>(Isa::kAvx512) : 0);
+         (avx512 ? 1 << static_cast<int>(Isa::kAvx512) : 0) |
+         (avx_vnni ? 1 << static_cast<int>(Isa::kAvxVnni) : 0);
 }
 
+bool CpuHas(Isa isa) { return CpuIsas() & (1 << static_cast<int>(isa)); }
+
 Isa BestIsa() {
-  const int isas = CpuIsas();
-  return isas & (1 << static_cast<int>(Isa::kAvx512))  ? Isa::kAvx512
-         : isas & (1 << static_cast<int>(Isa::kAvx2)) ? Isa::kAvx2
-                                                       : Isa::kNone;
+  return CpuHas(Isa::kAvx512)    ? Isa::kAvx512
+         : CpuHas(Isa::kAvxVnni) ? Isa::kAvxVnni
+         : CpuHas(Isa::kAvx2)    ? Isa::kAvx2
+                                 : Isa::kNone;
+}
+
+// The 8-bit-activation kernels of an instruction set: kAvx512 takes AVX-512 VNNI where the
+// CPU has it (with BW and VL), else the best AVX2-width set.
+IntIsa IntIsaOf(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl")) {
+        return IntIsa::kAvx512Vnni;
+      }
+      return CpuHas(Isa::kAvxVnni) ? IntIsa::kAvxVnni : IntIsa::kAvx2;
+    case Isa::kAvxVnni:
+      return IntIsa::kAvxVnni;
+    case Isa::kAvx2:
+      return IntIsa::kAvx2;
+    default:
+      return IntIsa::kNone;
+  }
 }
 
 // The instruction set the handlers use: the best this CPU has until
@@ -231,7 +228,73 @@ ffi::Error SmallKMatmulBlocks(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   return ffi::Error::Success();
 }
 
+// y [k, n] = x [k, d] @ W.T for W [n, d] packed for 8-bit activations (int8_matmul.h):
+// `packed` u8 [ceil(n / 16), d / weights per block * bytes per block]. x is quantized once,
+// by this thread; parts take contiguous runs of groups (16 rows of W, 16 columns of y).
+template <Packed P>
+ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> packed,
+                      ffi::ResultBuffer<ffi::F32> y) {
+  using Layout = PackedLayout<P>;
+  const auto x_dims = x.dimensions();
+  const auto w_dims = packed.dimensions();
+  const auto y_dims = y->dimensions();
+  if (x_dims.size() != 2 || w_dims.size() != 2 || y_dims.size() != 2 ||
+      x_dims[1] % Layout::kWeights != 0 || y_dims[0] != x_dims[0] ||
+      w_dims[0] != (y_dims[1] + kGroupRows - 1) / kGroupRows ||
+      w_dims[1] != x_dims[1] / Layout::kWeights * Layout::kBytes) {
+    return ffi::Error::InvalidArgument(
+        "int8_matmul: expected x [k, d] (d a multiple of " + std::to_string(Layout::kWeights) +
+        "), packed [ceil(n / 16), d / " + std::to_string(Layout::kWeights) + " * " +
+        std::to_string(Layout::kBytes) + "] and y [k, n]");
+  }
+  const int64_t k = x_dims[0], d = x_dims[1], n = y_dims[1], groups = w_dims[0];
+  const Isa isa = ActiveIsa().load(std::memory_order_relaxed);
+  if (auto error = CheckRowsAndIsa("int8_matmul", k, isa)) return *std::move(error);
+  const IntIsa int_isa = IntIsaOf(isa);
+  // The quantized rows, in a buffer of this thread's (the parts end before this returns).
+  const int64_t nb = d / 32;
+  thread_local std::vector<int32_t> scratch;
+  const int64_t words = k * d / 4 + 4 * k * nb;
+  if (static_cast<int64_t>(scratch.size()) < words) scratch.resize(words);
+  int32_t* corr = scratch.data();
+  float* dx = reinterpret_cast<float*>(corr + 2 * k * nb);
+  float* dxs = dx + k * nb;
+  int8_t* q = reinterpret_cast<int8_t*>(dxs + k * nb);
+  const Activations a{q, dx, dxs, corr, k, d, nb};
+  const uint8_t* w = packed.typed_data();
+  float* yp = y->typed_data();
+  const int64_t group_bytes = w_dims[1];
+  const int64_t workers = PartsFor(pool, groups * kGroupRows * d, groups);
+  const int64_t parts = workers == 1 ? 1 : std::min(groups, workers * kInt8PartsPerWorker);
+  switch (int_isa) {
+    case IntIsa::kAvx512Vnni:
+      int512vnni::QuantizeRows(x.typed_data(), int512vnni::CorrectionOffset<P>(), a);
+      RunParts(pool, parts, [=](int64_t p) {
+        int512vnni::Int8Product<P>(a, w, group_bytes, n, yp, groups * p / parts,
+                                   groups * (p + 1) / parts);
+      });
+      break;
+    case IntIsa::kAvxVnni:
+      intavxvnni::QuantizeRows(x.typed_data(), intavxvnni::CorrectionOffset<P>(), a);
+      RunParts(pool, parts, [=](int64_t p) {
+        intavxvnni::Int8Product<P>(a, w, group_bytes, n, yp, groups * p / parts,
+                                   groups * (p + 1) / parts);
+      });
+      break;
+    default:
+      intavx2::QuantizeRows(x.typed_data(), intavx2::CorrectionOffset<P>(), a);
+      RunParts(pool, parts, [=](int64_t p) {
+        intavx2::Int8Product<P>(a, w, group_bytes, n, yp, groups * p / parts,
+                                groups * (p + 1) / parts);
+      });
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+Isa ActiveKernelIsa() { return ActiveIsa().load(std::memory_order_relaxed); }
+
 }  // namespace specsample
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleSmallKMatmul, specsample::SmallKMatmul<ffi::F32>,
@@ -277,6 +340,21 @@ SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ4_K, specsample::BlockQ4_K)
 SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ6_K, specsample::BlockQ6_K)
 #undef SPECSAMPLE_BLOCK_HANDLER
 
+#define SPECSAMPLE_INT8_HANDLER(symbol, packed)                                          \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, specsample::Int8Matmul<specsample::Packed::packed>, \
+                                ffi::Ffi::Bind()                                       \
+                                    .Ctx<ffi::ThreadPool>()                            \
+                                    .Arg<ffi::Buffer<ffi::F32>>()                      \
+                                    .Arg<ffi::Buffer<ffi::U8>>()                       \
+                                    .Ret<ffi::Buffer<ffi::F32>>());
+SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ8_0, kQ8_0)
+SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ4_0, kQ4_0)
+SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ4_1, kQ4_1)
+SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ5_0, kQ5_0)
+SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ4_K, kQ4_K)
+SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ6_K, kQ6_K)
+#undef SPECSAMPLE_INT8_HANDLER
+
 // The instruction sets this CPU can run the kernels with, as bits 1 << Isa (Isa::kAvx2 = 1,
 // Isa::kAvx512 = 2).
 extern "C" int SpecsampleSmallKMatmulCpuIsas() { return specsample::CpuIsas(); }
@@ -289,10 +367,16 @@ extern "C" int SpecsampleSmallKMatmulUseIsa(int isa) {
   Isa use = Isa::kNone;
   if (isa == static_cast<int>(Isa::kNone)) {
     use = specsample::BestIsa();
-  } else if ((isa == static_cast<int>(Isa::kAvx2) || isa == static_cast<int>(Isa::kAvx512)) &&
+  } else if (isa >= static_cast<int>(Isa::kAvx2) && isa <= static_cast<int>(Isa::kAvxVnni) &&
              (specsample::CpuIsas() & (1 << isa))) {
     use = static_cast<Isa>(isa);
   }
   specsample::ActiveIsa().store(use);
   return static_cast<int>(use);
+}
+
+// The 8-bit-activation kernels the handlers use now (an IntIsa: 0 none, 1 AVX2, 2 AVX-VNNI,
+// 3 AVX-512 VNNI).
+extern "C" int SpecsampleSmallKMatmulIntIsa() {
+  return static_cast<int>(specsample::IntIsaOf(specsample::ActiveIsa().load()));
 }

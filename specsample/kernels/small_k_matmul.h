@@ -51,7 +51,9 @@ constexpr int64_t kEmbeddingBlockBytes = 64 << 10;
 constexpr int64_t kEmbeddingBlockRows = 8;
 
 // The instruction sets the kernels are compiled for (the numbers are small_k.py's too).
-enum class Isa : int { kNone = 0, kAvx2 = 1, kAvx512 = 2 };
+// kAvxVnni: the AVX2 kernels, and AVX-VNNI for the 8-bit-activation products
+// (int8_matmul.h; kAvx512 takes AVX-512 VNNI for those where the CPU has it).
+enum class Isa : int { kNone = 0, kAvx2 = 1, kAvx512 = 2, kAvxVnni = 3 };
 
 // A bfloat16 number as XLA passes it: the upper 16 bits of a float32.
 using Bf16 = uint16_t;
@@ -191,6 +193,38 @@ struct Lanes<16> {
   SPECSAMPLE_LANES_OP V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
   SPECSAMPLE_LANES_OP V MulAdd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   SPECSAMPLE_LANES_OP float Sum(V v) { return _mm512_reduce_add_ps(v); }
+  SPECSAMPLE_LANES_OP V Max(V a, V b) { return _mm512_max_ps(a, b); }
+  SPECSAMPLE_LANES_OP V AndNot(V a, V b) {  // ~a & b
+    return _mm512_castsi512_ps(_mm512_andnot_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  }
+  SPECSAMPLE_LANES_OP float MaxOf(V v) { return _mm512_reduce_max_ps(v); }
+  // The lanes rounded to the nearest integer (ties to even), stored as int32.
+  SPECSAMPLE_LANES_OP void StoreRounded(int32_t* p, V v) { _mm512_storeu_si512(p, _mm512_cvtps_epi32(v)); }
+  SPECSAMPLE_LANES_OP V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  SPECSAMPLE_LANES_OP V Div(V a, V b) { return _mm512_div_ps(a, b); }
+  SPECSAMPLE_LANES_OP V Round(V v) {
+    return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // 2^n for integral n in -126..127.
+  SPECSAMPLE_LANES_OP V Pow2(V n) {
+    const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+  }
+  SPECSAMPLE_LANES_OP Mask Less(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  SPECSAMPLE_LANES_OP Mask NonZeroBytes(const uint8_t* p) {  // lane i: p[i] != 0
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_test_epi32_mask(v, v);
+  }
+  SPECSAMPLE_LANES_OP V Select(Mask m, V a, V b) { return _mm512_mask_blend_ps(m, b, a); }
+  // The sums of a, b, c, d's lanes, each by the same tree, into out[0..3].
+  SPECSAMPLE_LANES_OP void Sum4(V a, V b, V c, V d, float* out) {
+    const __m256 ha = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    const __m256 hb = _mm256_add_ps(_mm512_castps512_ps256(b), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b), 1)));
+    const __m256 hc = _mm256_add_ps(_mm512_castps512_ps256(c), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c), 1)));
+    const __m256 hd = _mm256_add_ps(_mm512_castps512_ps256(d), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(ha, hb), _mm256_hadd_ps(hc, hd));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+  }
 };
 #undef SPECSAMPLE_LANES_OP
 
@@ -248,6 +282,35 @@ struct Lanes<8> {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
+  SPECSAMPLE_LANES_OP V Max(V a, V b) { return _mm256_max_ps(a, b); }
+  SPECSAMPLE_LANES_OP V AndNot(V a, V b) { return _mm256_andnot_ps(a, b); }  // ~a & b
+  SPECSAMPLE_LANES_OP float MaxOf(V v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+  }
+  SPECSAMPLE_LANES_OP void StoreRounded(int32_t* p, V v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_cvtps_epi32(v));
+  }
+  SPECSAMPLE_LANES_OP V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  SPECSAMPLE_LANES_OP V Div(V a, V b) { return _mm256_div_ps(a, b); }
+  SPECSAMPLE_LANES_OP V Round(V v) {
+    return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  SPECSAMPLE_LANES_OP V Pow2(V n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
+  SPECSAMPLE_LANES_OP Mask Less(V a, V b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
+  SPECSAMPLE_LANES_OP Mask NonZeroBytes(const uint8_t* p) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_xor_si256(_mm256_cmpeq_epi32(v, _mm256_setzero_si256()), _mm256_set1_epi32(-1));
+  }
+  SPECSAMPLE_LANES_OP V Select(Mask m, V a, V b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
+  SPECSAMPLE_LANES_OP void Sum4(V a, V b, V c, V d, float* out) {
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
   }
 };
 #undef SPECSAMPLE_LANES_OP

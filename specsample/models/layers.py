@@ -14,7 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specsample.kernels import blocks, small_k
+from specsample.kernels import BLOCK_MATRICES, blocks, int8_blocks, small_k
 
 MASK_BIAS = -1e10  # additive bias of masked attention positions (T5X's value)
 
@@ -22,19 +22,24 @@ MASK_BIAS = -1e10  # additive bias of masked attention positions (T5X's value)
 def dense(x: jax.Array, kernel) -> jax.Array:
   """x @ kernel over the last axis.  [..., in] x [in, out] -> [..., out].
 
-  kernel may also be a `blocks.BlockMatrix` (GGUF blocks), which is stored [out, in].
+  kernel may also be a `blocks.BlockMatrix` or an `int8_blocks.Int8BlockMatrix` (GGUF
+  blocks; with 8-bit activations for the latter), which are stored [out, in].
   """
   if isinstance(kernel, blocks.BlockMatrix):
     return blocks.matmul(x, kernel)
+  if isinstance(kernel, int8_blocks.Int8BlockMatrix):
+    return int8_blocks.matmul(x, kernel)
   return small_k.matmul(x, kernel)
 
 
 def dense_transposed(x: jax.Array, kernel_t) -> jax.Array:
   """x @ kernel_t.T, for weights stored [out, in] (a tied embedding as the output layer).
   [..., in] x [out, in] -> [..., out]; `dense(x, kernel_t.T)` would copy the transpose.
-  kernel_t may be a `blocks.BlockMatrix`."""
+  kernel_t may be a block matrix (`dense`)."""
   if isinstance(kernel_t, blocks.BlockMatrix):
     return blocks.matmul(x, kernel_t)
+  if isinstance(kernel_t, int8_blocks.Int8BlockMatrix):
+    return int8_blocks.matmul(x, kernel_t)
   return small_k.matmul_transposed(x, kernel_t)
 
 
@@ -45,17 +50,19 @@ def lookup(embedder: nn.Embed, tokens: jax.Array, dtype) -> jax.Array:
   table in GGUF blocks)."""
   if isinstance(embedder.embedding, blocks.BlockMatrix):
     return blocks.take_rows(embedder.embedding, tokens).astype(dtype)
+  if isinstance(embedder.embedding, int8_blocks.Int8BlockMatrix):
+    return int8_blocks.take_rows(embedder.embedding, tokens).astype(dtype)
   return jnp.take(embedder.embedding, tokens, axis=0).astype(dtype)
 
 
 def _stored_blocks(module: nn.Module, name: str, shape: tuple[int, int]):
-  """The parameter `name` of module if it is a BlockMatrix (checked against its [out, in]
+  """The parameter `name` of module if it is a block matrix (checked against its [out, in]
   shape), else None. Flax's `param` would compare the blocks' bytes with the float
   shape, so block matrices are read as variables."""
   if not module.has_variable("params", name):
     return None
   stored = module.get_variable("params", name)
-  if not isinstance(stored, blocks.BlockMatrix):
+  if not isinstance(stored, BLOCK_MATRICES):
     return None
   if stored.shape != shape:
     raise ValueError(f"{module.name}/{name}: blocks of a {stored.shape} matrix, expected {shape}")
@@ -63,7 +70,7 @@ def _stored_blocks(module: nn.Module, name: str, shape: tuple[int, int]):
 
 
 class Embed(nn.Embed):
-  """nn.Embed whose table may be a BlockMatrix (a GGUF embedding kept in blocks)."""
+  """nn.Embed whose table may be a block matrix (a GGUF embedding kept in blocks)."""
 
   def setup(self):
     stored = _stored_blocks(self, "embedding", (self.num_embeddings, self.features))
@@ -85,11 +92,14 @@ def write_at(cache: jax.Array, new: jax.Array, end_index: jax.Array) -> jax.Arra
   overwrites them (rewinding a cache is moving its end index, never a copy).
   """
 
-  def write_row(row_cache, row_new, index):
-    start = (index,) + (jnp.zeros((), index.dtype),) * (row_cache.ndim - 1)
-    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
-
-  return jax.vmap(write_row)(cache, new, end_index)
+  # One dynamic_update_slice per row, each in place (a vmapped one becomes a select over the
+  # whole cache: every entry rewritten per call).
+  new = new.astype(cache.dtype)
+  zero = jnp.zeros((), end_index.dtype)
+  for b in range(cache.shape[0]):
+    start = (jnp.asarray(b, end_index.dtype), end_index[b]) + (zero,) * (cache.ndim - 2)
+    cache = jax.lax.dynamic_update_slice(cache, new[b : b + 1], start)
+  return cache
 
 
 def move_to_end(cache: jax.Array, slots: jax.Array, end_index: jax.Array) -> jax.Array:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from specsample.kernels.blocks import BlockMatrix
+from specsample.kernels import BLOCK_MATRICES, Int8BlockMatrix
 
 WEIGHT_DTYPES = ("float32", "bfloat16")
 
@@ -57,8 +57,16 @@ def block_formats(model) -> set[str]:
   """The GGUF block formats of the model's matrices kept in blocks ({"q4_1", "q8_0"}, ...;
   empty when none are, or the model has no parameters)."""
   params = getattr(model, "params", None)
-  kept = jax.tree.leaves(params, is_leaf=lambda leaf: isinstance(leaf, BlockMatrix))
-  return {leaf.format for leaf in kept if isinstance(leaf, BlockMatrix)}
+  kept = jax.tree.leaves(params, is_leaf=lambda leaf: isinstance(leaf, BLOCK_MATRICES))
+  return {leaf.format for leaf in kept if isinstance(leaf, BLOCK_MATRICES)}
+
+
+def activations(model) -> str:
+  """The arithmetic of the model's block matrices: "int8" when they are kept for 8-bit
+  activations (`Int8BlockMatrix`), else "float32"."""
+  params = getattr(model, "params", None)
+  kept = jax.tree.leaves(params, is_leaf=lambda leaf: isinstance(leaf, BLOCK_MATRICES))
+  return "int8" if any(isinstance(leaf, Int8BlockMatrix) for leaf in kept) else "float32"
 
 
 def weight_bytes(model) -> int:
@@ -72,13 +80,13 @@ def read_weights(params, skip=lambda path: False) -> tuple[int, int]:
   what a model's `weights_per_call` sums."""
   count = nbytes = 0
   leaves = jax.tree_util.tree_flatten_with_path(
-    params, is_leaf=lambda leaf: isinstance(leaf, BlockMatrix)
+    params, is_leaf=lambda leaf: isinstance(leaf, BLOCK_MATRICES)
   )[0]
   for path, leaf in leaves:
     names = tuple(str(getattr(key, "key", getattr(key, "name", key))) for key in path)
     if skip(names):
       continue
-    if isinstance(leaf, BlockMatrix):
+    if isinstance(leaf, BLOCK_MATRICES):
       count, nbytes = count + leaf.shape[0] * leaf.shape[1], nbytes + leaf.nbytes
     elif _is_weight_matrix(leaf):
       count, nbytes = count + leaf.size, nbytes + leaf.size * leaf.dtype.itemsize

@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from specsample.kernels.attention import cached_attention, ends_of
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.layers import (
   Embed,
@@ -22,7 +23,6 @@ from specsample.models.layers import (
   RMSNorm,
   dense_transposed,
   lookup,
-  mask_bias,
   write_at,
 )
 
@@ -81,12 +81,12 @@ class Block(nn.Module):
     self.up = Projection(c.mlp_dim, dtype=dtype, use_bias=c.mlp_bias)
     self.down = Projection(c.d_model, dtype=dtype, use_bias=c.mlp_bias)
 
-  def __call__(self, x, positions, cache: KeysValues, end_index, allowed):
+  def __call__(self, x, positions, cache: KeysValues, end_index, allowed, ends=None):
     """x [batch, k, d_model] at positions int32[batch, k], written at end_index, seeing
-    the cache entries allowed bool[batch, k, capacity] -> (x, cache)."""
+    the cache entries allowed bool[batch, k, capacity] (ends: `attention.ends_of(allowed)`)
+    -> (x, cache)."""
     c = self.config
     batch, k, _ = x.shape
-    groups = c.num_heads // c.num_kv_heads
     frequencies = c.rotary_frequencies()
     h = self.attention_norm(x)
     queries = self.query(h).reshape(batch, k, c.num_heads, c.head_dim)
@@ -96,11 +96,8 @@ class Block(nn.Module):
     queries, keys = rotary(queries, positions, frequencies), rotary(keys, positions, frequencies)
     values = self.value(h).reshape(batch, k, c.num_kv_heads, c.head_dim)
     keys, values = write_at(cache[0], keys, end_index), write_at(cache[1], values, end_index)
-    queries = queries.reshape(batch, k, c.num_kv_heads, groups, c.head_dim)
-    scores = jnp.einsum("bqhgd,bshd->bhgqs", queries, keys, preferred_element_type=jnp.float32)
-    scores = scores * c.head_dim**-0.5  # [batch, kv_heads, groups, k, capacity]
-    weights = jax.nn.softmax(scores + mask_bias(allowed)[:, None, None], axis=-1)
-    context = jnp.einsum("bhgqs,bshd->bqhgd", weights.astype(values.dtype), values)
+    # [batch, k, heads, head_dim] over the cache entries each query sees
+    context = cached_attention(queries, keys, values, allowed, c.head_dim**-0.5, ends)
     x = x + self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
     h = self.mlp_norm(x)
     x = x + self.down(jax.nn.silu(self.gate(h)) * self.up(h))
@@ -135,10 +132,11 @@ class DecoderOnlyNetwork(nn.Module):
     """
     if allowed is None:
       allowed = attention_mask(positions, caches[0][0].shape[1], self.config.sliding_window)
+    ends = ends_of(allowed)  # [batch, k]: what each query reads of the caches
     x = lookup(self.embed, tokens, jnp.dtype(self.config.dtype))
     new_caches = []
     for block, cache in zip(self.blocks, caches, strict=True):
-      x, cache = block(x, positions, cache, end_index, allowed)
+      x, cache = block(x, positions, cache, end_index, allowed, ends)
       new_caches.append(cache)
     x = self.final_norm(x)
     if self.config.tie_word_embeddings:

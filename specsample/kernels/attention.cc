@@ -1,0 +1,138 @@
+// XLA FFI handler for cached attention on CPUs (AVX-512 or AVX2 + FMA), called from
+// specsample/kernels/attention.py as the custom call "specsample_cached_attention":
+//   queries f32 [B, K, H, D], keys f32 [B, C, KV, D], values f32 [B, C, KV, D] (the caches),
+//   allowed pred [B, K, C] (which entries each query sees), ends s32 [B, K] (one past each
+//   query's last allowed entry), attribute scale -> out f32 [B, K, H, D],
+// query head h reading cache head h / (H / KV) (grouped-query attention). Each query reads
+// only the entries before its end, whatever the capacity C, and is computed alone
+// (attention_simd.h), so a verified position's attention equals a plain decoding step's
+// bit for bit. Parts: one per (row, query, cache head), spread over SpinPool's threads.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "small_k_matmul.h"
+#include "spin_pool.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace specsample {
+
+Isa ActiveKernelIsa();  // small_k_matmul.cc: the instruction set the kernels use now
+
+namespace attention_avx512 {
+using Vec = Lanes<16>;
+#define SPECSAMPLE_SIMD __attribute__((target("avx512f,avx2,fma,f16c")))
+#include "attention_simd.h"
+#undef SPECSAMPLE_SIMD
+}  // namespace attention_avx512
+
+namespace attention_avx2 {
+using Vec = Lanes<8>;
+#define SPECSAMPLE_SIMD __attribute__((target("avx2,fma,f16c")))
+#include "attention_simd.h"
+#undef SPECSAMPLE_SIMD
+}  // namespace attention_avx2
+
+namespace {
+
+constexpr int64_t kMaxThreads = 64;
+
+ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> queries,
+                           ffi::Buffer<ffi::F32> keys, ffi::Buffer<ffi::F32> values,
+                           ffi::Buffer<ffi::PRED> allowed, ffi::Buffer<ffi::S32> ends,
+                           ffi::ResultBuffer<ffi::F32> out, float scale) {
+  const auto q = queries.dimensions();
+  const auto k = keys.dimensions();
+  const auto a = allowed.dimensions();
+  const auto e = ends.dimensions();
+  if (q.size() != 4 || k.size() != 4 || a.size() != 3 || e.size() != 2 ||
+      !std::equal(k.begin(), k.end(), values.dimensions().begin(), values.dimensions().end()) ||
+      k[0] != q[0] || k[3] != q[3] || q[2] % k[2] != 0 ||
+      a[0] != q[0] || a[1] != q[1] || a[2] != k[1] || e[0] != q[0] || e[1] != q[1]) {
+    return ffi::Error::InvalidArgument(
+        "cached_attention: expected queries [B, K, H, D], keys and values [B, C, KV, D] (H a "
+        "multiple of KV), allowed [B, K, C] and ends [B, K]");
+  }
+  const int64_t batch = q[0], rows = q[1], heads = q[2], d = q[3];
+  const int64_t capacity = k[1], kv_heads = k[2], groups = heads / kv_heads;
+  const Isa isa = ActiveKernelIsa();
+  const int64_t lanes = isa == Isa::kAvx512 ? 16 : 8;
+  if (isa == Isa::kNone) {
+    return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                      "cached_attention: no AVX-512 or AVX2 + FMA kernels for this CPU");
+  }
+  if (d % lanes != 0) {
+    return ffi::Error::InvalidArgument("cached_attention: head_dim must be a multiple of " +
+                                       std::to_string(lanes));
+  }
+  const float* qp = queries.typed_data();
+  const float* kp = keys.typed_data();
+  const float* vp = values.typed_data();
+  const bool* ap = allowed.typed_data();
+  const int32_t* ep = ends.typed_data();
+  float* op = out->typed_data();
+  for (int64_t i = 0; i < batch * rows; ++i) {
+    if (ep[i] < 0 || ep[i] > capacity) {
+      return ffi::Error::InvalidArgument("cached_attention: ends must be in 0..capacity");
+    }
+  }
+  const int64_t stride = kv_heads * d;  // between cache entries
+  auto part = [=](int64_t p) {
+    const int64_t kv = p % kv_heads, i = (p / kv_heads) % rows, b = p / (kv_heads * rows);
+    const int64_t end = ep[b * rows + i];
+    const float* cache_k = kp + b * capacity * stride + kv * d;
+    const float* cache_v = vp + b * capacity * stride + kv * d;
+    const bool* seen = ap + (b * rows + i) * capacity;
+    thread_local std::vector<float> scores;
+    const int64_t per_pass = isa == Isa::kAvx512 ? 4 : 2;  // query heads sharing each load
+    if (static_cast<int64_t>(scores.size()) < per_pass * (end + 4)) scores.resize(per_pass * (end + 4));
+    for (int64_t g0 = 0; g0 < groups; g0 += per_pass) {
+      const int r = static_cast<int>(std::min(per_pass, groups - g0));
+      const float* query[4];
+      float* result[4];
+      for (int j = 0; j < r; ++j) {
+        const int64_t at = ((b * rows + i) * heads + kv * groups + g0 + j) * d;
+        query[j] = qp + at;
+        result[j] = op + at;
+      }
+      if (end == 0) {  // sees nothing
+        for (int j = 0; j < r; ++j) std::fill(result[j], result[j] + d, 0.0f);
+      } else if (isa == Isa::kAvx512) {
+        attention_avx512::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, end, d, scale,
+                                        scores.data(), result);
+      } else {
+        attention_avx2::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, end, d, scale,
+                                      scores.data(), result);
+      }
+    }
+  };
+  const int64_t parts = batch * rows * kv_heads;
+  const int threads = static_cast<int>(std::min<int64_t>(pool.num_threads(), kMaxThreads));
+  if (parts == 1 || threads == 1) {
+    for (int64_t p = 0; p < parts; ++p) part(p);
+  } else {
+    SpinPool::Get(threads).Run(parts, part);
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace specsample
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleCachedAttention, specsample::CachedAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::PRED>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<float>("scale"));

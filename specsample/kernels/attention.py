@@ -1,0 +1,97 @@
+"""Cached attention that reads only the cache entries each query sees.
+
+`cached_attention(queries, keys, values, allowed, scale)` is softmax((q . k) * scale) . v
+over the cache entries `allowed` marks, for grouped-query attention (query head h reads
+cache head h // (heads / kv_heads)). On CPU (float32, the small-k kernel available, head_dim
+a multiple of the vector width) it is a custom call (attention.cc) that, for each query,
+reads entries 0 .. its last allowed one (not the cache's whole capacity) and computes the
+query alone: the same numbers whether it is the only query of a decoding step or one of a
+verify call's gamma + 1 (attention_simd.h says the order of every sum). Elsewhere XLA's
+einsums and softmax over the whole capacity, with masked entries biased by -1e10.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specsample.kernels import small_k
+
+_TARGET = "specsample_cached_attention"
+MASK_BIAS = -1e10  # additive bias of masked positions in the XLA version (T5X's value)
+
+
+def ends_of(allowed: jax.Array) -> jax.Array:
+  """One past each query's last allowed entry.  bool[B, K, C] -> int32[B, K] (0: none).
+  Compute it once per forward pass: every layer's attention shares it."""
+  capacity = allowed.shape[-1]
+  index = jnp.arange(1, capacity + 1, dtype=jnp.int32)
+  return jnp.max(jnp.where(allowed, index, 0), axis=-1)
+
+
+def uses_kernel(queries: jax.Array, keys: jax.Array) -> bool:
+  """Whether cached_attention takes the CPU kernel for these operands (at trace time)."""
+  isa = small_k.instruction_set()
+  lanes = 16 if isa == "avx512f" else 8
+  return (
+    os.environ.get(small_k.ENV_VARIABLE, "auto") != "xla"
+    and isa is not None
+    and queries.dtype == jnp.float32
+    and keys.dtype == jnp.float32
+    and queries.shape[-1] % lanes == 0
+  )
+
+
+def _xla_attention(queries, keys, values, allowed, scale):
+  batch, k, heads, head_dim = queries.shape
+  kv_heads = keys.shape[2]
+  q = queries.reshape(batch, k, kv_heads, heads // kv_heads, head_dim)
+  scores = jnp.einsum("bqhgd,bshd->bhgqs", q, keys, preferred_element_type=jnp.float32)
+  bias = jnp.where(allowed, 0.0, MASK_BIAS).astype(jnp.float32)  # [batch, k, capacity]
+  weights = jax.nn.softmax(scores * scale + bias[:, None, None], axis=-1)
+  context = jnp.einsum("bhgqs,bshd->bqhgd", weights.astype(values.dtype), values)
+  return context.reshape(batch, k, heads, head_dim)
+
+
+def cached_attention(
+  queries: jax.Array,
+  keys: jax.Array,
+  values: jax.Array,
+  allowed: jax.Array,
+  scale: float,
+  ends: jax.Array | None = None,
+) -> jax.Array:
+  """Attention of queries [B, K, H, D] over caches keys, values [B, C, KV, D], each query
+  seeing the entries allowed bool[B, K, C] marks -> [B, K, H, D] in the queries' dtype.
+
+  ends: `ends_of(allowed)`, if already computed (the kernel reads entries before it).
+  """
+  batch, k, heads, head_dim = queries.shape
+  if keys.shape != values.shape or keys.shape[0] != batch or keys.shape[3] != head_dim:
+    raise ValueError(
+      f"attention: queries {queries.shape}, keys {keys.shape}, values {values.shape}"
+    )
+  if heads % keys.shape[2] or allowed.shape != (batch, k, keys.shape[1]):
+    raise ValueError(
+      f"attention: {heads} heads over {keys.shape[2]} cache heads, allowed {allowed.shape}"
+    )
+  if not uses_kernel(queries, keys):
+    return _xla_attention(queries, keys, values, allowed, scale)
+  if ends is None:
+    ends = ends_of(allowed)
+  call = jax.ffi.ffi_call(
+    _TARGET, jax.ShapeDtypeStruct(queries.shape, jnp.float32), vmap_method="sequential"
+  )
+
+  def kernel(q, k_, v, a, e):
+    return call(q, k_, v, a, e, scale=np.float32(scale))
+
+  def xla(q, k_, v, a, e):
+    return _xla_attention(q, k_, v, a, scale)
+
+  return jax.lax.platform_dependent(
+    queries, keys, values, allowed, ends.astype(jnp.int32), cpu=kernel, default=xla
+  )

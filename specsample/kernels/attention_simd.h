@@ -1,0 +1,150 @@
+// Cached attention for one instruction set. No include guard: attention.cc includes this
+// file once per instruction set, inside namespace specsample::attention_<isa>, after defining
+// there Vec (Lanes<L>) and the macro SPECSAMPLE_SIMD (the functions' target).
+//
+// For one query vector q [D] and the cache entries it may see, s in [0, end): scores
+// t_s = (q . k_s) * scale (the dot product: D / L multiply-adds into one vector, then its
+// lanes summed by a fixed tree), m = max t_s, p_s = exp(t_s - m) (Exp below), l = sum p_s
+// (L lanes: entry s into lane s % L, in order of s, then the lanes by a fixed tree),
+// out = (sum_s p_s v_s) / l (in order of s). Masked entries are skipped. Nothing depends on
+// the other queries of the call or on entries past `end`, so a query's output is the same,
+// bit for bit, alone or beside others.
+
+// exp(x) for x <= 0 (scores minus their maximum): 2^n * e^r with n = round(x / ln 2),
+// r = x - n ln 2 (ln 2 in two parts), e^r by a degree-7 polynomial (Horner, no fused
+// multiply-add: the same rounding everywhere). exp(0) = 1 exactly; below -87 it is 0.
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::V Exp(typename Vec::V x) {
+  using V = typename Vec::V;
+  const V clamped = Vec::Max(x, Vec::Broadcast(-87.0f));
+  const V n = Vec::Round(Vec::Mul(clamped, Vec::Broadcast(1.44269504088896341f)));
+  V r = Vec::Sub(clamped, Vec::Mul(n, Vec::Broadcast(0.693359375f)));
+  r = Vec::Sub(r, Vec::Mul(n, Vec::Broadcast(-2.12194440e-4f)));
+  V p = Vec::Broadcast(1.0f / 5040.0f);
+  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f / 720.0f));
+  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f / 120.0f));
+  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f / 24.0f));
+  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f / 6.0f));
+  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(0.5f));
+  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f));
+  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f));
+  const V e = Vec::Mul(p, Vec::Pow2(n));
+  return Vec::Select(Vec::Less(x, Vec::Broadcast(-87.0f)), Vec::Zero(), e);
+}
+
+// The dot products of the R queries q[r] [D] with the 4 rows k[0..3] [D] (D a multiple of
+// L) into out[r * stride + 0..3], each by the same tree whatever the others are.
+template <int R>
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline void Dot4(const float* const* q,
+                                                               const float* const* k, int64_t d,
+                                                               float* out, int64_t stride) {
+  constexpr int L = Vec::kLanes;
+  typename Vec::V a[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) a[r][j] = Vec::Zero();
+  for (int64_t i = 0; i < d; i += L) {
+    typename Vec::V kv[4];
+    for (int j = 0; j < 4; ++j) kv[j] = Vec::Load(k[j] + i);
+    for (int r = 0; r < R; ++r) {
+      const typename Vec::V qv = Vec::Load(q[r] + i);
+      for (int j = 0; j < 4; ++j) a[r][j] = Vec::MulAdd(qv, kv[j], a[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) Vec::Sum4(a[r][0], a[r][1], a[r][2], a[r][3], out + r * stride);
+}
+
+// Which of the lanes' entries allowed[0..] are seen (`lanes`: the entries that exist; no
+// byte past them is read).
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::Mask Seen(
+    const bool* allowed, int64_t left) {
+  alignas(16) uint8_t bytes[Vec::kLanes] = {};
+  std::memcpy(bytes, allowed, static_cast<size_t>(std::min<int64_t>(left, Vec::kLanes)));
+  return Vec::NonZeroBytes(bytes);
+}
+
+// How many cache entries ahead of the one being read are prefetched.
+constexpr int64_t kPrefetchEntries = 8;
+
+// R query heads sharing one cache head: out[r] [D] = softmax over the allowed entries
+// s < end of (q[r] . k_s) * scale, times v_s. keys, values: entry s at keys + s * stride;
+// allowed[s]: whether it is seen; scores: scratch of R * (end + 4) floats. Each head's
+// numbers are those it would have alone (the entries are only shared loads).
+template <int R>
+SPECSAMPLE_SIMD void AttendHeads(const float* const* q, const float* keys, const float* values,
+                                 int64_t stride, const bool* allowed, int64_t end, int64_t d,
+                                 float scale, float* scores, float* const* out) {
+  constexpr int L = Vec::kLanes;
+  const int64_t row = end + 4;  // scores of head r: scores + r * row
+  // Scores, 4 entries at a time (past the end: the last entry again, then dropped).
+  for (int64_t s = 0; s < end; s += 4) {
+    const float* k[4];
+    for (int j = 0; j < 4; ++j) k[j] = keys + std::min(s + j, end - 1) * stride;
+    if (s + kPrefetchEntries + 4 <= end) {  // entries read kPrefetchEntries later, all lines
+      for (int j = 0; j < 4; ++j)
+        for (int64_t line = 0; line < d; line += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(k[j] + kPrefetchEntries * stride + line), _MM_HINT_T0);
+    }
+    Dot4<R>(q, k, d, scores + s, row);
+  }
+  const float minus_infinity = -std::numeric_limits<float>::infinity();
+  const typename Vec::V scale_v = Vec::Broadcast(scale);
+  const typename Vec::V masked = Vec::Broadcast(minus_infinity);
+  for (int r = 0; r < R; ++r) {
+    float* t = scores + r * row;
+    // t_s = score * scale where allowed, -inf elsewhere; m = their maximum (exact in any order)
+    typename Vec::V mv = masked;
+    for (int64_t i = 0; i < end; i += L) {
+      const typename Vec::Mask lanes = Vec::Tail(end - i);
+      const typename Vec::V v =
+          Vec::Select(Seen(allowed + i, end - i), Vec::Mul(Vec::Load(t + i, lanes), scale_v), masked);
+      Vec::Store(t + i, lanes, v);
+      mv = Vec::Max(mv, Vec::Select(lanes, v, masked));
+    }
+    const typename Vec::V m = Vec::Broadcast(Vec::MaxOf(mv));
+    // p_s = exp(t_s - m) in place (masked: exp(-inf) = 0), l in L lanes, in order of s.
+    typename Vec::V l = Vec::Zero();
+    for (int64_t i = 0; i < end; i += L) {
+      const typename Vec::Mask lanes = Vec::Tail(end - i);
+      const typename Vec::V p = Vec::Select(lanes, Exp(Vec::Sub(Vec::Load(t + i, lanes), m)), Vec::Zero());
+      Vec::Store(t + i, lanes, p);
+      l = Vec::Add(l, p);
+    }
+    t[end] = Vec::Sum(l);  // kept past the entries
+  }
+  // out[r] = sum_s p_s v_s / l, each value vector loaded once for the R heads.
+  for (int64_t i = 0; i < d; i += 4 * L) {
+    const int vectors = static_cast<int>(std::min<int64_t>(4, (d - i) / L));
+    typename Vec::V acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) acc[r][j] = Vec::Zero();
+    for (int64_t e = 0; e < end; ++e) {
+      if (e + kPrefetchEntries < end)
+        for (int j = 0; j < vectors * L; j += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(values + (e + kPrefetchEntries) * stride + i + j), _MM_HINT_T0);
+      if (!allowed[e]) continue;
+      const float* v = values + e * stride + i;
+      typename Vec::V vv[4];
+      for (int j = 0; j < vectors; ++j) vv[j] = Vec::Load(v + L * j);
+      for (int r = 0; r < R; ++r) {
+        const typename Vec::V p = Vec::Broadcast(scores[r * row + e]);
+        for (int j = 0; j < vectors; ++j) acc[r][j] = Vec::MulAdd(p, vv[j], acc[r][j]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const typename Vec::V l = Vec::Broadcast(scores[r * row + end]);
+      for (int j = 0; j < vectors; ++j) Vec::Store(out[r] + i + L * j, Vec::Div(acc[r][j], l));
+    }
+  }
+}
+
+// AttendHeads<R> for R = 1..4 (the heads of one pass).
+SPECSAMPLE_SIMD inline void AttendHeadsOf(int heads, const float* const* q, const float* keys,
+                                          const float* values, int64_t stride, const bool* allowed,
+                                          int64_t end, int64_t d, float scale, float* scores,
+                                          float* const* out) {
+  switch (heads) {
+    case 1: return AttendHeads<1>(q, keys, values, stride, allowed, end, d, scale, scores, out);
+    case 2: return AttendHeads<2>(q, keys, values, stride, allowed, end, d, scale, scores, out);
+    case 3: return AttendHeads<3>(q, keys, values, stride, allowed, end, d, scale, scores, out);
+    default: return AttendHeads<4>(q, keys, values, stride, allowed, end, d, scale, scores, out);
+  }
+}
