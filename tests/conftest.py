@@ -59,24 +59,39 @@ def count_compilations():
   return counting
 
 
-@pytest.fixture(
-  params=[
+def _instruction_sets(names):
+  return [
     pytest.param(
-      isa,
+      name,
       marks=pytest.mark.skipif(
-        isa not in small_k.supported_instruction_sets(), reason=f"CPU lacks {isa}"
+        name not in small_k.supported_instruction_sets(), reason=f"CPU lacks {name}"
       ),
     )
-    for isa in ("avx512f", "avx2")
+    for name in names
   ]
-)
+
+
+def _running(name: str):
+  """The kernels of instruction set `name` while the test runs, then the process's own."""
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv(small_k.ISA_VARIABLE, name)
+    small_k._load.cache_clear()
+    assert small_k.instruction_set() == name, small_k.why_not_available()
+    yield name
+  small_k._load.cache_clear()
+  small_k._load()
+
+
+@pytest.fixture(params=_instruction_sets(("avx512f", "avx2")))
 def isa(request):
   """Runs a test with each instruction set's small-k kernels (those the CPU lacks skip),
   then gives the process its own choice back."""
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setenv(small_k.ISA_VARIABLE, request.param)
-    small_k._load.cache_clear()
-    assert small_k.instruction_set() == request.param, small_k.why_not_available()
-    yield request.param
-  small_k._load.cache_clear()
-  small_k._load()
+  yield from _running(request.param)
+
+
+@pytest.fixture(params=_instruction_sets(("avx512f", "avxvnni", "avx2")))
+def integer_isa(request):
+  """Runs a test with each instruction set of the 8-bit-activation kernels (AVX-512 VNNI,
+  AVX-VNNI, AVX2's vpmaddubsw; those the CPU lacks skip), then gives the process its own
+  choice back."""
+  yield from _running(request.param)

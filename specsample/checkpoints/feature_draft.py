@@ -99,11 +99,39 @@ def load_feature_draft(directory: str | os.PathLike, target, *, dtype: str = "fl
   embedding = target.params["embed"]["embedding"]
   ids = params["output_ids"]
   if isinstance(embedding, blocks.BlockMatrix):
-    rows = blocks.take_rows(embedding, ids)
+    rows = blocks.take_rows(embedding, ids).astype(dtype)
   elif isinstance(embedding, int8_blocks.Int8BlockMatrix):
-    rows = int8_blocks.take_rows(embedding, ids)
+    # The kept rows in the target's blocks, multiplied as the target's (a quarter of the
+    # float32 rows' bytes per drafting step; the draft's arithmetic never changes what
+    # is accepted, only how much).
+    rows = int8_blocks.select_rows(embedding, np.asarray(ids))
   else:
-    rows = jnp.take(embedding, ids, axis=0)
+    rows = jnp.take(embedding, ids, axis=0).astype(dtype)
   params["embed"] = {"embedding": embedding}
-  params["output_embedding"] = rows.astype(dtype)
+  params["output_embedding"] = rows
+  if isinstance(embedding, int8_blocks.Int8BlockMatrix):
+    params = _quantized_projections(params)
   return FeatureDraft(params=params, config=config)
+
+
+def _quantized_projections(params: dict) -> dict:
+  """The draft's projection kernels ([in, out], in a multiple of 32) in Q8_0 blocks for
+  8-bit activations, as its target runs: a quarter of the float32 bytes per drafting step.
+  The draft's arithmetic never changes what is accepted, only how much."""
+  import gguf
+
+  def convert(node):
+    if isinstance(node, dict):
+      return {key: convert(value) for key, value in node.items()}
+    array = np.asarray(node)
+    if array.ndim != 2 or array.shape[0] % 32 or not np.issubdtype(array.dtype, np.floating):
+      return node
+    raw = gguf.quants.quantize(
+      np.ascontiguousarray(array.T, np.float32), gguf.GGMLQuantizationType.Q8_0
+    )
+    return int8_blocks.from_gguf_blocks(raw, "q8_0")
+
+  return {
+    key: convert(node) if key == "fuse" or key.startswith("blocks_") else node
+    for key, node in params.items()
+  }

@@ -226,6 +226,91 @@ _PACKERS = {
 }
 
 
+def _rows_first_bytes(a: np.ndarray) -> np.ndarray:
+  """[groups, blocks, ..., 16 rows, n] -> [groups, 16 rows, blocks, ..., n]."""
+  return np.moveaxis(a, -2, 1)
+
+
+def to_gguf_blocks(packed: np.ndarray, format: str, rows: int) -> np.ndarray:
+  """The inverse of `pack`: packed uint8 [groups, group bytes] -> the GGUF matrix's bytes
+  uint8 [rows, row bytes] (the file's bytes, bit for bit)."""
+  packed = np.asarray(packed)
+  groups, group_bytes = packed.shape
+  size, g = PACKED_BYTES[format], GROUP_ROWS
+  n = group_bytes // size
+  b = packed.reshape(groups, n, size)
+
+  def lanes(chunks):  # [groups, n, V, 16, 4] -> [groups, 16, n, V * 4]: each row's bytes
+    moved = np.moveaxis(chunks, -2, -3)  # [groups, n, 16, V, 4]
+    return _rows_first_bytes(moved.reshape(*moved.shape[:-2], -1))
+
+  def halves(offset):  # the float16 bytes of each row: [groups, 16, n, 2]
+    return _rows_first_bytes(b[..., offset : offset + 2 * g].reshape(groups, n, g, 2))
+
+  if format == "q8_0":
+    q = (lanes(b[..., :512].reshape(groups, n, 8, g, 4)).astype(np.int16) - 128).astype(np.int8)
+    out = np.concatenate([halves(512), q.view(np.uint8)], axis=-1)
+  elif format in ("q4_0", "q4_1"):
+    qs = lanes(b[..., :256].reshape(groups, n, 4, g, 4))
+    fields = [halves(256)] + ([halves(288)] if format == "q4_1" else [])
+    out = np.concatenate([*fields, qs], axis=-1)
+  elif format == "q5_0":
+    qs = lanes(b[..., :256].reshape(groups, n, 4, g, 4))
+    masks = b[..., 256:320].copy().view("<u8")  # [groups, n, 8 vectors]
+    qh = np.zeros((groups, g, n), np.uint64)
+    for v in range(8):
+      for t in range(g):
+        for i in range(4):
+          bit = (masks[..., v] >> np.uint64(4 * t + i)) & np.uint64(1)
+          qh[:, t] |= bit << np.uint64(4 * v + i)
+    qh_bytes = qh.astype("<u4").view(np.uint8).reshape(groups, g, n, 4)
+    out = np.concatenate([halves(320), qh_bytes, qs], axis=-1)
+  elif format == "q4_k":
+    nibbles = b[..., :2048].reshape(groups, n, 8, 4, g, 4)  # [.., sub-block, chunk, row, i]
+    bytes16 = np.moveaxis(np.moveaxis(nibbles, -2, -3).reshape(groups, n, 8, g, 16), -2, 1)
+    q = np.concatenate([bytes16 & 0xF, bytes16 >> 4], axis=-1)  # [groups, 16, n, 8, 32]
+    qs = q[..., 0::2, :] | (q[..., 1::2, :] << 4)  # [.., 4 chunks, 32]: even j low, odd high
+    sc = _rows_first_bytes(b[..., 2112:2240].reshape(groups, n, 8, g).swapaxes(-1, -2))
+    m = _rows_first_bytes(b[..., 2240:2368].reshape(groups, n, 8, g).swapaxes(-1, -2))
+    sc, m = sc.astype(np.int32), m.astype(np.int32)  # [groups, 16, n, 8]
+    scales = np.concatenate(
+      [
+        (sc[..., :4] & 63) | ((sc[..., 4:] >> 4) << 6),
+        (m[..., :4] & 63) | ((m[..., 4:] >> 4) << 6),
+        (sc[..., 4:] & 0xF) | ((m[..., 4:] & 0xF) << 4),
+      ],
+      axis=-1,
+    ).astype(np.uint8)
+    out = np.concatenate(
+      [halves(2048), halves(2080), scales, qs.reshape(groups, g, n, 128).astype(np.uint8)], -1
+    )
+  else:  # q6_k
+    u = unpack(packed, format, np)
+    values = u.values.reshape(groups, g, n, 256).astype(np.int32)  # 6-bit, weight order
+    half = values.reshape(groups, g, n, 2, 128)
+    ql = (half[..., :64] & 0xF) | ((half[..., 64:] & 0xF) << 4)  # [.., 2, 64]
+    pairs = (half >> 4).reshape(groups, g, n, 2, 4, 32)  # weight 32t + l of each half
+    qh = sum(pairs[..., t, :] << (2 * t) for t in range(4))  # [.., 2, 32]
+    sc = _rows_first_bytes(b[..., 3104:3360].reshape(groups, n, 16, g).swapaxes(-1, -2))
+    out = np.concatenate(
+      [
+        ql.reshape(groups, g, n, 128).astype(np.uint8),
+        qh.reshape(groups, g, n, 64).astype(np.uint8),
+        sc,
+        halves(3072),
+      ],
+      axis=-1,
+    )
+  return np.ascontiguousarray(out.reshape(groups * g, -1)[:rows])
+
+
+def select_rows(matrix: Int8BlockMatrix, ids) -> Int8BlockMatrix:
+  """The rows `ids` (int [m]) of the matrix, packed as a matrix of their own (a reduced
+  output layer: a draft's kept tokens)."""
+  raw = to_gguf_blocks(np.asarray(matrix.packed), matrix.format, matrix.rows)
+  return from_gguf_blocks(raw[np.asarray(ids)], matrix.format)
+
+
 def from_gguf_blocks(blocks: np.ndarray, format: str) -> Int8BlockMatrix:
   """An Int8BlockMatrix of a GGUF matrix's bytes (numpy uint8 [out, row bytes]), on the
   device."""

@@ -29,7 +29,7 @@ from flax import struct
 
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.decoder_only.network import Block, KeysValues, attention_mask, empty_caches
-from specsample.models.layers import Embed, Projection, dense_transposed, lookup
+from specsample.models.layers import Embed, Projection, dense_transposed, lookup, stored_blocks
 from specsample.models.weights import read_weights
 
 
@@ -50,13 +50,13 @@ class FeatureDraftNetwork(nn.Module):
     self.embed = Embed(c.vocab_size, c.d_model, dtype=dtype, param_dtype=dtype)
     self.fuse = Projection(c.d_model, dtype=dtype, use_bias=True)  # [2 d] -> [d]
     self.blocks = [Block(c) for _ in range(c.num_layers)]
-    # The target's output rows of the kept tokens, [output_vocab, d] (tied layout).
-    self.output_embedding = self.param(
-      "output_embedding",
-      nn.initializers.normal(c.d_model**-0.5),
-      (c.output_vocab_size, c.d_model),
-      dtype,
-    )
+    # The target's output rows of the kept tokens, [output_vocab, d] (tied layout); in
+    # the target's blocks when the target keeps its embedding in blocks.
+    shape = (c.output_vocab_size, c.d_model)
+    stored = stored_blocks(self, "output_embedding", shape)
+    if stored is None:
+      stored = self.param("output_embedding", nn.initializers.normal(c.d_model**-0.5), shape, dtype)
+    self.output_embedding = stored
     self.output_ids = self.param(
       "output_ids", lambda _, shape: jnp.arange(shape[0], dtype=jnp.int32), (c.output_vocab_size,)
     )

@@ -55,7 +55,7 @@ def lookup(embedder: nn.Embed, tokens: jax.Array, dtype) -> jax.Array:
   return jnp.take(embedder.embedding, tokens, axis=0).astype(dtype)
 
 
-def _stored_blocks(module: nn.Module, name: str, shape: tuple[int, int]):
+def stored_blocks(module: nn.Module, name: str, shape: tuple[int, int]):
   """The parameter `name` of module if it is a block matrix (checked against its [out, in]
   shape), else None. Flax's `param` would compare the blocks' bytes with the float
   shape, so block matrices are read as variables."""
@@ -73,7 +73,7 @@ class Embed(nn.Embed):
   """nn.Embed whose table may be a block matrix (a GGUF embedding kept in blocks)."""
 
   def setup(self):
-    stored = _stored_blocks(self, "embedding", (self.num_embeddings, self.features))
+    stored = stored_blocks(self, "embedding", (self.num_embeddings, self.features))
     if stored is None:
       super().setup()
     else:
@@ -167,7 +167,7 @@ class Projection(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     init = nn.initializers.variance_scaling(self.init_scale**2, "fan_in", "normal")
-    kernel = _stored_blocks(self, "kernel", (self.features, x.shape[-1]))
+    kernel = stored_blocks(self, "kernel", (self.features, x.shape[-1]))
     if kernel is None:
       kernel = self.param("kernel", init, (x.shape[-1], self.features), self.dtype)
     y = dense(x, kernel)

@@ -1,0 +1,145 @@
+"""Cached attention over each query's visible entries (specsample.kernels.attention).
+
+The CPU kernel must equal XLA's masked softmax attention to float32 rounding, read nothing
+past a query's last visible entry (a larger cache with junk in it changes nothing), and
+compute each query exactly as it would alone. With it, a decoder's verify call over k
+tokens gives the same logits, bit for bit, as k plain decoding steps, at any context
+length (here 1,100 tokens), so speculative greedy output equals plain greedy output.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specsample import SamplingConfig, generate, speculative_generate
+from specsample.kernels import attention, small_k
+from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+
+requires_kernel = pytest.mark.skipif(
+  not small_k.kernel_available(), reason=str(small_k.why_not_available())
+)
+
+
+def _operands(rng, batch, k, heads, kv_heads, head_dim, capacity):
+  q = rng.standard_normal((batch, k, heads, head_dim)).astype(np.float32)
+  keys = rng.standard_normal((batch, capacity, kv_heads, head_dim)).astype(np.float32)
+  values = rng.standard_normal((batch, capacity, kv_heads, head_dim)).astype(np.float32)
+  return q, keys, values
+
+
+@jax.jit
+def _kernel(q, keys, values, allowed):
+  return attention.cached_attention(q, keys, values, allowed, q.shape[-1] ** -0.5)
+
+
+@requires_kernel
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (4, 1, 128), (7, 7, 32)])
+def test_the_kernel_is_masked_softmax_attention(heads, kv_heads, head_dim, isa):
+  rng = np.random.default_rng(0)
+  batch, k, capacity = 2, 5, 300
+  q, keys, values = _operands(rng, batch, k, heads, kv_heads, head_dim, capacity)
+  ends = np.array([37, 250])
+  positions = ends[:, None] + np.arange(k)  # causal, and a window of 100 on row 1
+  index = np.arange(capacity)[None, None, :]
+  allowed = index <= positions[:, :, None]
+  allowed[1] &= index[0] > positions[1][:, None] - 100
+  allowed[0, 2, 5] = False  # a hole, as tree masks make
+  text = jax.jit(attention.cached_attention, static_argnums=4).lower(
+    q, keys, values, allowed, 0.125
+  )
+  assert "specsample_cached_attention" in text.as_text()
+  ours = _kernel(q, keys, values, allowed)
+  reference = attention._xla_attention(q, keys, values, allowed, head_dim**-0.5)
+  np.testing.assert_allclose(ours, reference, rtol=2e-5, atol=2e-6)
+  # Each query alone: the same numbers, bit for bit.
+  for i in range(k):
+    alone = _kernel(q[:, i : i + 1], keys, values, allowed[:, i : i + 1])
+    np.testing.assert_array_equal(alone[:, 0], ours[:, i], err_msg=f"query {i}")
+  # More capacity, junk past every query's last entry: the same numbers.
+  junk = rng.standard_normal((batch, 200, kv_heads, head_dim)).astype(np.float32) * 1e3
+  wider = _kernel(
+    q,
+    np.concatenate([keys, junk], axis=1),
+    np.concatenate([values, junk], axis=1),
+    np.concatenate([allowed, np.zeros((batch, k, 200), bool)], axis=-1),
+  )
+  np.testing.assert_array_equal(wider, ours)
+
+
+@requires_kernel
+def test_a_query_that_sees_nothing_gets_zeros():
+  q, keys, values = _operands(np.random.default_rng(1), 1, 2, 2, 1, 16, 8)
+  allowed = np.zeros((1, 2, 8), bool)
+  allowed[0, 1, :3] = True
+  out = np.asarray(_kernel(q, keys, values, allowed))
+  assert not out[0, 0].any() and np.isfinite(out).all() and out[0, 1].any()
+
+
+def test_bad_operands_are_refused():
+  q, keys, values = _operands(np.random.default_rng(2), 1, 2, 4, 3, 16, 8)
+  with pytest.raises(ValueError, match="4 heads over 3 cache heads"):
+    attention.cached_attention(q, keys, values, np.ones((1, 2, 8), bool), 0.25)
+  with pytest.raises(ValueError, match="queries"):
+    attention.cached_attention(q, keys, values[:, :4], np.ones((1, 2, 8), bool), 0.25)
+
+
+def test_without_the_kernel_xla_attends(monkeypatch):
+  monkeypatch.setenv(small_k.ENV_VARIABLE, "xla")
+  q, keys, values = _operands(np.random.default_rng(3), 1, 2, 2, 1, 16, 8)
+  allowed = np.tril(np.ones((2, 8), bool), 5)[None]
+  function = jax.jit(lambda *a: attention.cached_attention(*a, 0.25))  # traced anew
+  assert "specsample_cached_attention" not in function.lower(q, keys, values, allowed).as_text()
+  np.testing.assert_allclose(
+    function(q, keys, values, allowed), attention._xla_attention(q, keys, values, allowed, 0.25)
+  )
+
+
+# --- a decoder at a long context ---------------------------------------------------------
+
+CONFIG = DecoderOnlyConfig(
+  vocab_size=512, d_model=96, num_heads=9, num_kv_heads=3, head_dim=64, mlp_dim=128,
+  num_layers=2, tie_word_embeddings=True, eos_id=None, pad_id=0,
+)  # fmt: skip
+# Prompt tokens and a block of 8: XLA's attention over such a cache rounds a query
+# differently when it is one of 8 than alone (SmolLM2's heads; seen here).
+LONG, BLOCK = 1900, 8
+
+
+@requires_kernel
+def test_a_verify_call_equals_plain_steps_bit_for_bit_at_a_long_context():
+  model = DecoderOnly.init_random(CONFIG, seed=4)
+  rng = np.random.default_rng(5)
+  prompt = jnp.asarray(rng.integers(1, CONFIG.vocab_size, (2, LONG)), jnp.int32)
+  lengths = jnp.asarray([LONG, LONG - 333], jnp.int32)
+  block = jnp.asarray(rng.integers(1, CONFIG.vocab_size, (2, BLOCK)), jnp.int32)
+
+  @jax.jit
+  def both(model):
+    state, _ = model.init_state(prompt, lengths, 16)
+    verify, _ = model.extend(state, block, jnp.full((2,), BLOCK, jnp.int32))  # [2, 8, vocab]
+    steps = []
+    for i in range(BLOCK):
+      logits, state = model.extend(state, block[:, i : i + 1], jnp.ones((2,), jnp.int32))
+      steps.append(logits[:, 0])
+    return verify, jnp.stack(steps, axis=1)
+
+  verify, steps = both(model)
+  np.testing.assert_array_equal(verify, steps)
+
+
+@requires_kernel
+def test_speculative_greedy_equals_plain_greedy_at_a_long_context():
+  target = DecoderOnly.init_random(CONFIG, seed=6)
+  draft = DecoderOnly.init_random(CONFIG.replace(num_layers=1), seed=7)
+  rng = np.random.default_rng(8)
+  prompts = jnp.asarray(rng.integers(1, CONFIG.vocab_size, (2, LONG)), jnp.int32)
+  common = dict(
+    prompt_lengths=jnp.asarray([LONG, 1200], jnp.int32),
+    max_new_tokens=24,
+    sampling=SamplingConfig(temperature=0.0),
+  )
+  plain = generate(target, prompts, **common).sequences()
+  assert speculative_generate(target, draft, prompts, gamma=3, **common).sequences() == plain

@@ -1,0 +1,219 @@
+"""GGUF blocks multiplied with 8-bit activations (specsample.kernels.int8_blocks).
+
+The packing must keep every number of the file (its inverse gives the file's bytes back;
+its dequantization is the gguf package's); the kernel must compute exactly the NumPy
+reference's integer arithmetic, bit for bit, on every instruction set this CPU has, and
+each row exactly as it would alone (k rows = k one-row products, k = 1..32, so a verify
+call's logits equal plain decoding's). Models loaded with activations="int8" keep their
+blocks packed, stay close to the float32-activation logits, and speculative greedy output
+equals plain greedy output of the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import gguf
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+from test_block_weights import FORMATS, GREEDY, quantized
+from test_gguf import K_QUANT_SCALES, LARGE, SMALL, write_tiny
+
+from specsample import generate, speculative_generate
+from specsample.checkpoints import load_model
+from specsample.kernels import int8_blocks, small_k
+from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+from specsample.models.weights import activations, block_formats
+
+requires_kernel = pytest.mark.skipif(
+  not small_k.kernel_available(), reason=str(small_k.why_not_available())
+)
+
+
+def _rows(format: str) -> int:
+  return 3 if format.endswith("_k") else 7  # blocks per row of W
+
+
+@pytest.mark.parametrize("format", list(FORMATS))
+def test_packing_keeps_every_number_of_the_file(format):
+  # Random bytes: every scale (subnormals, infinities, NaNs) and every stored value.
+  rng = np.random.default_rng(0)
+  features = _rows(format) * int8_blocks.BLOCK_WEIGHTS[format]
+  raw = rng.integers(0, 256, (37, _rows(format) * int8_blocks.BLOCK_BYTES[format]), np.uint8)
+  packed = int8_blocks.pack(raw, format)
+  assert packed.shape == (3, _rows(format) * int8_blocks.PACKED_BYTES[format])  # 37 -> 3 groups
+  np.testing.assert_array_equal(int8_blocks.to_gguf_blocks(packed, format, 37), raw)
+  with np.errstate(invalid="ignore"):  # inf * 0 scales
+    expected = gguf.quants.dequantize(raw, FORMATS[format]).reshape(37, features)
+  matrix = int8_blocks.from_gguf_blocks(raw, format)
+  assert matrix.shape == (37, features) and matrix.rows == 37
+  np.testing.assert_array_equal(jax.jit(int8_blocks.dequantize)(matrix), expected)
+  ids = jnp.asarray([[3, 0], [36, 17]], jnp.int32)
+  np.testing.assert_array_equal(jax.jit(int8_blocks.take_rows)(matrix, ids), expected[ids])
+  chosen = int8_blocks.select_rows(matrix, [36, 2, 2, 20])
+  np.testing.assert_array_equal(int8_blocks.dequantize(chosen), expected[[36, 2, 2, 20]])
+
+
+def test_quantize_rows_is_llama_cpp_s_block_quantization():
+  x = np.array([[0.5, -1.27, 0.0, 2.54e-3] * 8 + [0.0] * 32], np.float32)  # two blocks
+  q, dx, s16, dxs = int8_blocks.quantize_rows(x)
+  assert dx[0, 0] == np.float32(1.27) / np.float32(127) and dx[0, 1] == 0
+  assert q[0, 0, :4].tolist() == [50, -127, 0, 0] and not q[0, 1].any()
+  assert s16[0, 0].tolist() == [4 * (50 - 127), 4 * (50 - 127)] and dxs[0, 1] == 0
+  assert dxs[0, 0] == dx[0, 0] * np.float32(8 * (50 - 127))
+  # ties to even: x / dx = 0.5 and 1.5 round to 0 and 2
+  q, _, _, _ = int8_blocks.quantize_rows(np.array([[127.0, 0.5, 1.5] + [0] * 29], np.float32))
+  assert q[0, 0, :3].tolist() == [127, 0, 2]
+
+
+@jax.jit
+def _products(x, matrix):
+  """In one program (one compilation): the products of the first k rows of x for every
+  k, and of each row alone."""
+  rows = x.shape[0]
+  by_count = [int8_blocks.matmul(x[:k], matrix) for k in range(1, rows + 1)]
+  alone = [int8_blocks.matmul(x[r : r + 1], matrix) for r in range(rows)]
+  return by_count, jnp.concatenate(alone)
+
+
+@requires_kernel
+@pytest.mark.parametrize("format", list(FORMATS))
+def test_kernel_equals_the_numpy_reference_bit_for_bit(format, integer_isa):
+  # n = 301: a partial last group and thread splits; every row count 1..32: tiles of up
+  # to 8 rows and their balanced groups; each row equals the row multiplied alone.
+  rng = np.random.default_rng(1)
+  d = 512 if format.endswith("_k") else 320
+  matrix, values = quantized(rng, 301, d, format)
+  packed = int8_blocks.from_gguf_blocks(np.asarray(matrix.blocks), format)
+  x = rng.standard_normal((32, d)).astype(np.float32) * np.linspace(0.01, 30, d, dtype=np.float32)
+  assert (
+    "specsample_int8_matmul_" + format in jax.jit(int8_blocks.matmul).lower(x, packed).as_text()
+  )
+  by_count, alone = _products(x, packed)
+  reference = int8_blocks.reference_matmul(x, np.asarray(packed.packed), format, 301)
+  for k, product in enumerate(by_count, start=1):
+    np.testing.assert_array_equal(product, reference[:k], err_msg=f"k={k}")
+  np.testing.assert_array_equal(alone, reference)
+  # The arithmetic differs from float32 by the activations' rounding only.
+  exact = x.astype(np.float64) @ values.astype(np.float64).T
+  scale = np.abs(x.astype(np.float64)) @ np.abs(values.astype(np.float64)).T
+  assert (np.abs(reference - exact) / scale).max() < 0.02
+
+
+@requires_kernel
+@pytest.mark.parametrize("format", list(FORMATS))
+def test_every_instruction_set_computes_the_same_numbers(format):
+  # Integer sums are exact and the float steps the same: the numbers do not depend on the
+  # instruction set (the float32-activation kernels' do).
+  rng = np.random.default_rng(2)
+  d = 256 if format.endswith("_k") else 96
+  matrix, _ = quantized(rng, 40, d, format)
+  packed = int8_blocks.from_gguf_blocks(np.asarray(matrix.blocks), format)
+  x = rng.standard_normal((5, d)).astype(np.float32)
+  by_isa = {}
+  try:
+    for isa in small_k.supported_instruction_sets():
+      with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(small_k.ISA_VARIABLE, isa)
+        small_k._load.cache_clear()
+        product = jax.jit(lambda x, m: int8_blocks.matmul(x, m))  # traced anew: this isa
+        by_isa[small_k.integer_instruction_set()] = np.asarray(product(x, packed))
+  finally:
+    small_k._load.cache_clear()
+    small_k._load()
+  assert len(by_isa) == len(small_k.supported_instruction_sets())
+  for isa, y in by_isa.items():
+    np.testing.assert_array_equal(y, by_isa[small_k.integer_instruction_set()], err_msg=isa)
+
+
+@pytest.mark.parametrize("format", ["q8_0", "q4_1", "q6_k"])
+def test_without_the_kernel_xla_computes_the_same_arithmetic(monkeypatch, format):
+  rng = np.random.default_rng(4)
+  d = 256 if format.endswith("_k") else 64
+  matrix, _ = quantized(rng, 48, d, format)
+  packed = int8_blocks.from_gguf_blocks(np.asarray(matrix.blocks), format)
+  x = rng.standard_normal((70, d)).astype(np.float32)  # more rows than one call takes
+  reference = int8_blocks.reference_matmul(x, np.asarray(packed.packed), format, 48)
+  tolerance = dict(rtol=1e-5, atol=1e-5 * np.abs(reference).max())
+  if small_k.kernel_available():  # 70 rows: calls of small_k.MAX_ROWS rows
+    np.testing.assert_array_equal(jax.jit(int8_blocks.matmul)(x, packed), reference)
+  monkeypatch.setenv(small_k.ENV_VARIABLE, "xla")
+  product = jax.jit(lambda x, m: int8_blocks.matmul(x, m))  # traced anew: the kernel is off
+  assert "specsample_int8" not in product.lower(x, packed).as_text()
+  np.testing.assert_allclose(product(x, packed), reference, **tolerance)
+
+
+@requires_kernel
+def test_accelerator_lowerings_use_xla():
+  matrix, _ = quantized(np.random.default_rng(5), 48, 64, "q8_0")
+  packed = int8_blocks.from_gguf_blocks(np.asarray(matrix.blocks), "q8_0")
+  function = jax.jit(int8_blocks.matmul)
+  for platform in ("tpu", "cuda", "cpu"):
+    text = function.trace(jnp.ones((2, 64)), packed).lower(lowering_platforms=(platform,)).as_text()
+    assert ("specsample_int8_matmul_q8_0" in text) == (platform == "cpu"), platform
+
+
+def test_bad_matrices_are_refused():
+  with pytest.raises(ValueError, match="block format must be one of"):
+    int8_blocks.Int8BlockMatrix(np.zeros((1, 544), np.uint8), "q5_1", 16)
+  with pytest.raises(ValueError, match=r"packed q8_0 matrix of 17 rows: expected uint8 \[2, "):
+    int8_blocks.Int8BlockMatrix(np.zeros((1, 544), np.uint8), "q8_0", 17)
+  with pytest.raises(ValueError, match=r"expected uint8 \[out, blocks \* 20\]"):
+    int8_blocks.pack(np.zeros((2, 30), np.uint8), "q4_1")
+  matrix = int8_blocks.from_gguf_blocks(np.zeros((2, 34), np.uint8), "q8_0")
+  with pytest.raises(ValueError, match=r"against a \[2, 32\] matrix"):
+    int8_blocks.matmul(jnp.ones((1, 64)), matrix)
+
+
+# --- models ------------------------------------------------------------------------------
+
+
+def _logits(model, tokens):
+  prompts = jnp.ones((tokens.shape[0], 6), jnp.int32)
+  lengths = jnp.full((tokens.shape[0],), 6, jnp.int32)
+
+  @jax.jit
+  def run(model, tokens):
+    state, _ = model.init_state(prompts, lengths, 32)
+    return model.extend(state, tokens, jnp.zeros((tokens.shape[0],), jnp.int32))[0]
+
+  return np.asarray(run(model, tokens))
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.Q5_0, Q.Q4_K], ids=lambda q: q.name)
+def test_a_gguf_model_with_8_bit_activations(tmp_path, qtype):
+  path = tmp_path / "tiny.gguf"
+  shape = LARGE if qtype.name in K_QUANT_SCALES else SMALL
+  write_tiny(path, qtype, s=shape, seed=5)
+  float32 = load_model(path, gguf_blocks=True)
+  int8 = load_model(path, gguf_blocks=True, activations="int8")
+  kernel = int8.params["blocks_1"]["down"]["kernel"]
+  assert isinstance(kernel, int8_blocks.Int8BlockMatrix) and kernel.format == qtype.name.lower()
+  assert activations(int8) == "int8" and activations(float32) == "float32"
+  assert block_formats(int8) == block_formats(float32)
+  tokens = jnp.asarray(np.random.default_rng(4).integers(3, shape["vocab"], (2, 5)), jnp.int32)
+  ours, reference = _logits(int8, tokens), _logits(float32, tokens)
+  # Another arithmetic, near the float32 one (a random model amplifies the activations'
+  # rounding: Q4_1's minimum terms, multiplied by rounded sums of x, cancel the rest).
+  assert not np.array_equal(ours, reference)
+  assert np.linalg.norm(ours - reference) < 0.4 * np.linalg.norm(reference)
+  # Speculative greedy output equals plain greedy output of the same arithmetic.
+  draft = DecoderOnly.init_random(
+    DecoderOnlyConfig(
+      vocab_size=shape["vocab"], d_model=32, num_heads=2, num_kv_heads=1, head_dim=16,
+      mlp_dim=64, num_layers=1, tie_word_embeddings=True, eos_id=2, pad_id=0,
+    ),
+    seed=6,
+  )  # fmt: skip
+  rng = np.random.default_rng(7)
+  prompts = jnp.asarray(rng.integers(3, shape["vocab"], (3, 8)), jnp.int32)
+  lengths = jnp.asarray([8, 3, 6], jnp.int32)
+  common = dict(prompt_lengths=lengths, max_new_tokens=20, sampling=GREEDY)
+  plain = generate(int8, prompts, **common).sequences()
+  for gamma in (1, 4):
+    assert speculative_generate(int8, draft, prompts, gamma=gamma, **common).sequences() == plain
+  with pytest.raises(ValueError, match="activations='int8' needs gguf_blocks=True"):
+    load_model(path, activations="int8")
+  with pytest.raises(ValueError, match="activations must be 'float32' or 'int8'"):
+    load_model(path, gguf_blocks=True, activations="int4")
