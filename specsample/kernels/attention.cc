@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "attention.h"
+#include "kernel_ops.h"
 #include "small_k_matmul.h"
 #include "spin_pool.h"
 #include "xla/ffi/api/ffi.h"
@@ -24,7 +26,6 @@ namespace ffi = xla::ffi;
 
 namespace specsample {
 
-Isa ActiveKernelIsa();  // small_k_matmul.cc: the instruction set the kernels use now
 
 namespace attention_avx512 {
 using Vec = Lanes<16>;
@@ -39,6 +40,51 @@ using Vec = Lanes<8>;
 #include "attention_simd.h"
 #undef SPECSAMPLE_SIMD
 }  // namespace attention_avx2
+
+void CachedAttentionRows(Isa isa, int threads, const float* qp, const float* kp,
+                         const float* vp, const bool* ap, const int32_t* ep, int64_t batch,
+                         int64_t rows, int64_t heads, int64_t kv_heads, int64_t d,
+                         int64_t capacity, float scale, float* op) {
+  const int64_t groups = heads / kv_heads;
+  const int64_t stride = kv_heads * d;  // between cache entries
+  auto part = [=](int64_t p) {
+    const int64_t kv = p % kv_heads, i = (p / kv_heads) % rows, b = p / (kv_heads * rows);
+    const int64_t end = ep[b * rows + i];
+    const float* cache_k = kp + b * capacity * stride + kv * d;
+    const float* cache_v = vp + b * capacity * stride + kv * d;
+    const bool* seen = ap + (b * rows + i) * capacity;
+    thread_local std::vector<float> scores;
+    const int64_t per_pass = isa == Isa::kAvx512 ? 4 : 2;  // query heads sharing each load
+    if (static_cast<int64_t>(scores.size()) < per_pass * (end + 4)) {
+      scores.resize(per_pass * (end + 4));
+    }
+    for (int64_t g0 = 0; g0 < groups; g0 += per_pass) {
+      const int r = static_cast<int>(std::min(per_pass, groups - g0));
+      const float* query[4];
+      float* result[4];
+      for (int j = 0; j < r; ++j) {
+        const int64_t at = ((b * rows + i) * heads + kv * groups + g0 + j) * d;
+        query[j] = qp + at;
+        result[j] = op + at;
+      }
+      if (end == 0) {  // sees nothing
+        for (int j = 0; j < r; ++j) std::fill(result[j], result[j] + d, 0.0f);
+      } else if (isa == Isa::kAvx512) {
+        attention_avx512::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, end, d, scale,
+                                        scores.data(), result);
+      } else {
+        attention_avx2::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, end, d, scale,
+                                      scores.data(), result);
+      }
+    }
+  };
+  const int64_t parts = batch * rows * kv_heads;
+  if (parts == 1 || threads <= 1) {
+    for (int64_t p = 0; p < parts; ++p) part(p);
+  } else {
+    SpinPool::Get(threads).Run(parts, part);
+  }
+}
 
 namespace {
 
@@ -61,65 +107,15 @@ ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> queries,
         "multiple of KV), allowed [B, K, C] and ends [B, K]");
   }
   const int64_t batch = q[0], rows = q[1], heads = q[2], d = q[3];
-  const int64_t capacity = k[1], kv_heads = k[2], groups = heads / kv_heads;
+  const int64_t capacity = k[1], kv_heads = k[2];
   const Isa isa = ActiveKernelIsa();
-  const int64_t lanes = isa == Isa::kAvx512 ? 16 : 8;
-  if (isa == Isa::kNone) {
-    return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                      "cached_attention: no AVX-512 or AVX2 + FMA kernels for this CPU");
+  if (auto error = CheckAttention(isa, d, ends.typed_data(), batch * rows, capacity)) {
+    return *std::move(error);
   }
-  if (d % lanes != 0) {
-    return ffi::Error::InvalidArgument("cached_attention: head_dim must be a multiple of " +
-                                       std::to_string(lanes));
-  }
-  const float* qp = queries.typed_data();
-  const float* kp = keys.typed_data();
-  const float* vp = values.typed_data();
-  const bool* ap = allowed.typed_data();
-  const int32_t* ep = ends.typed_data();
-  float* op = out->typed_data();
-  for (int64_t i = 0; i < batch * rows; ++i) {
-    if (ep[i] < 0 || ep[i] > capacity) {
-      return ffi::Error::InvalidArgument("cached_attention: ends must be in 0..capacity");
-    }
-  }
-  const int64_t stride = kv_heads * d;  // between cache entries
-  auto part = [=](int64_t p) {
-    const int64_t kv = p % kv_heads, i = (p / kv_heads) % rows, b = p / (kv_heads * rows);
-    const int64_t end = ep[b * rows + i];
-    const float* cache_k = kp + b * capacity * stride + kv * d;
-    const float* cache_v = vp + b * capacity * stride + kv * d;
-    const bool* seen = ap + (b * rows + i) * capacity;
-    thread_local std::vector<float> scores;
-    const int64_t per_pass = isa == Isa::kAvx512 ? 4 : 2;  // query heads sharing each load
-    if (static_cast<int64_t>(scores.size()) < per_pass * (end + 4)) scores.resize(per_pass * (end + 4));
-    for (int64_t g0 = 0; g0 < groups; g0 += per_pass) {
-      const int r = static_cast<int>(std::min(per_pass, groups - g0));
-      const float* query[4];
-      float* result[4];
-      for (int j = 0; j < r; ++j) {
-        const int64_t at = ((b * rows + i) * heads + kv * groups + g0 + j) * d;
-        query[j] = qp + at;
-        result[j] = op + at;
-      }
-      if (end == 0) {  // sees nothing
-        for (int j = 0; j < r; ++j) std::fill(result[j], result[j] + d, 0.0f);
-      } else if (isa == Isa::kAvx512) {
-        attention_avx512::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, end, d, scale,
-                                        scores.data(), result);
-      } else {
-        attention_avx2::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, end, d, scale,
-                                      scores.data(), result);
-      }
-    }
-  };
-  const int64_t parts = batch * rows * kv_heads;
-  const int threads = static_cast<int>(std::min<int64_t>(pool.num_threads(), kMaxThreads));
-  if (parts == 1 || threads == 1) {
-    for (int64_t p = 0; p < parts; ++p) part(p);
-  } else {
-    SpinPool::Get(threads).Run(parts, part);
-  }
+  CachedAttentionRows(isa, static_cast<int>(std::min<int64_t>(pool.num_threads(), kMaxThreads)),
+                      queries.typed_data(), keys.typed_data(), values.typed_data(),
+                      allowed.typed_data(), ends.typed_data(), batch, rows, heads, kv_heads, d,
+                      capacity, scale, out->typed_data());
   return ffi::Error::Success();
 }
 

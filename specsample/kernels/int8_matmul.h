@@ -38,14 +38,25 @@ enum class IntIsa : int { kNone = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3 };
 
 // The k rows of x, quantized, block by block (so a tile of rows reads each block's numbers
 // at constant offsets from one pointer): q int8 [nb][k][32], the scales dx [nb][k],
-// dxs = dx * float(sum of the block's q) [nb][k], and corr int32 [nb][k][2] = -offset * (the
-// sum of each half's 16 q's), the integer sums' correction for the weights' offset.
+// dxs = dx * float(sum of the block's q) [nb][k], and s16 int32 [nb][k][2], the sums of each
+// half's 16 q's (the integer sums' correction for weights stored with an offset).
 struct Activations {
   int8_t* q;
   float* dx;
   float* dxs;
-  int32_t* corr;
+  int32_t* s16;
   int64_t k, d, nb;
+};
+
+// Scratch for Activations of k rows of d numbers: `words` int32 words, laid out by Into.
+struct ActivationBuffer {
+  static int64_t Words(int64_t k, int64_t d) { return k * d / 4 + 4 * k * (d / 32); }
+  static Activations Into(int32_t* words, int64_t k, int64_t d) {
+    const int64_t nb = d / 32;
+    float* dx = reinterpret_cast<float*>(words + 2 * k * nb);
+    float* dxs = dx + k * nb;
+    return Activations{reinterpret_cast<int8_t*>(dxs + k * nb), dx, dxs, words, k, d, nb};
+  }
 };
 
 // The packed formats: bytes per (group, block) where a block is 32 weights, or per (group,
@@ -110,11 +121,11 @@ struct Int512Vnni {
   OP V Low(V v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
   OP V High(V v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F)); }
   OP V Set1(int32_t a) { return _mm512_set1_epi32(a); }
-  // acc + per lane the sum of 4 products u8 (w) x s8 (four numbers of x, broadcast).
+  // acc + per lane the sum of 4 products u8 (w) x s8 (four numbers of x, broadcast from
+  // memory by the instruction itself: GCC does not fold the broadcast into vpdpbusd).
   OP V Dot(V acc, V w, const int8_t* x4) {
-    int32_t word;
-    std::memcpy(&word, x4, 4);
-    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(word));
+    asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x4)));
+    return acc;
   }
   static constexpr bool kSignedQ8 = false;  // Q8_0 goes through Dot (with the offset 128)
   OP V DotSigned(V acc, V w, const int8_t* x4) { return Dot(acc, w, x4); }

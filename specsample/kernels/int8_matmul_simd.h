@@ -9,24 +9,22 @@ using FVec = typename FV::V;
 constexpr int kIntLanes = IV::kLanes;
 constexpr int kHalves = kGroupRows / kIntLanes;  // passes over a group: 1 (AVX-512) or 2
 
-// Quantizes rows x [k, d] (d a multiple of 32) into `a`, each row and block on its own;
-// corr for weights stored with `offset`.
-SPECSAMPLE_INT8 inline void QuantizeRows(const float* x, int64_t offset, const Activations& a) {
+// Quantizes rows x [k, d] (row stride ldx; d a multiple of 32) into `a`, each row and block
+// on its own.
+SPECSAMPLE_INT8 inline void QuantizeRows(const float* x, int64_t ldx, const Activations& a) {
   for (int64_t r = 0; r < a.k; ++r) {
     for (int64_t b = 0; b < a.nb; ++b) {
       const int64_t at = b * a.k + r;  // block-major
-      int32_t sums[2];
-      const float dx = IV::QuantizeBlock(x + r * a.d + 32 * b, a.q + 32 * at, sums);
-      a.corr[2 * at] = static_cast<int32_t>(-offset * sums[0]);
-      a.corr[2 * at + 1] = static_cast<int32_t>(-offset * sums[1]);
+      int32_t* sums = a.s16 + 2 * at;
+      const float dx = IV::QuantizeBlock(x + r * ldx + 32 * b, a.q + 32 * at, sums);
       a.dx[at] = dx;
       a.dxs[at] = dx * static_cast<float>(sums[0] + sums[1]);
     }
   }
 }
 
-// The offset the activations' correction is made for (Q8_0 without VNNI multiplies signed
-// values and needs none).
+// The offset the activations' sums correct for (Q8_0 without VNNI multiplies signed values
+// and needs none).
 template <Packed P>
 constexpr int64_t CorrectionOffset() {
   return P == Packed::kQ8_0 && IV::kSignedQ8 ? 0 : PackedLayout<P>::kOffset;
@@ -102,15 +100,16 @@ SPECSAMPLE_INT8 __attribute__((always_inline)) inline void Unpack(const uint8_t*
   }
 }
 
-// The block's integer sums of one row of x (xq: its 32 quantized numbers, corr its two
-// corrections) against every lane's row of W. Two accumulators (weights 0..15, 16..31)
+// The block's integer sums of one row of x (xq: its 32 quantized numbers, s16 the sums of
+// its halves) against every lane's row of W. Two accumulators (weights 0..15, 16..31)
 // halve the chain of dependent multiply-adds; integer sums are exact in any order.
 template <Packed P>
 SPECSAMPLE_INT8 __attribute__((always_inline)) inline IVec BlockSum(const Unpacked<P>& w,
                                                                    const int8_t* xq,
-                                                                   const int32_t* corr) {
-  IVec a = IV::Set1(corr[0]);
-  IVec b = IV::Set1(corr[1]);
+                                                                   const int32_t* s16) {
+  constexpr int32_t kOffset = static_cast<int32_t>(CorrectionOffset<P>());
+  IVec a = IV::Set1(-kOffset * s16[0]);
+  IVec b = IV::Set1(-kOffset * s16[1]);
   for (int c = 0; c < 4; ++c) {
     if constexpr (P == Packed::kQ8_0) {
       a = IV::DotSigned(a, w.u[c], xq + 4 * c);
@@ -143,7 +142,7 @@ SPECSAMPLE_INT8 void GroupTile(const uint8_t* group, const Activations& a, int64
   const int8_t* xq = a.q + 32 * r0;
   const float* dx = a.dx + r0;
   const float* dxs = a.dxs + r0;
-  const int32_t* corr = a.corr + 2 * r0;
+  const int32_t* s16 = a.s16 + 2 * r0;
   constexpr int64_t kBlocksPerUnit = Layout::kWeights / 32;
   for (int64_t b = 0; b < a.nb; ++b) {
     if (half == 0 && b % kBlocksPerUnit == 0) {
@@ -154,7 +153,7 @@ SPECSAMPLE_INT8 void GroupTile(const uint8_t* group, const Activations& a, int64
     Unpacked<P> w;
     Unpack<P>(group, b, half, w);
     for (int r = 0; r < R; ++r) {
-      const IVec sum = BlockSum<P>(w, xq + 32 * r, corr + 2 * r);
+      const IVec sum = BlockSum<P>(w, xq + 32 * r, s16 + 2 * r);
       const FVec scale = FV::Mul(w.scale, FV::Broadcast(dx[r]));
       out[r] = FV::MulAdd(IV::ToFloat(sum), scale, out[r]);
       if constexpr (Layout::kMin) out[r] = FV::MulAdd(w.minimum, FV::Broadcast(dxs[r]), out[r]);
@@ -162,7 +161,7 @@ SPECSAMPLE_INT8 void GroupTile(const uint8_t* group, const Activations& a, int64
     xq += 32 * a.k;
     dx += a.k;
     dxs += a.k;
-    corr += 2 * a.k;
+    s16 += 2 * a.k;
   }
   for (int r = 0; r < R; ++r) {
     if (valid >= kIntLanes) {
@@ -203,5 +202,19 @@ inline void Int8Product(const Activations& a, const uint8_t* w, int64_t group_by
         r0 += rows;
       }
     }
+  }
+}
+
+// A product of quantized rows with one packed matrix of any format (Int8Product<P>).
+using ProductFn = void (*)(const Activations&, const uint8_t*, int64_t, int64_t, float*, int64_t,
+                           int64_t);
+inline ProductFn ProductFor(Packed p) {
+  switch (p) {
+    case Packed::kQ8_0: return Int8Product<Packed::kQ8_0>;
+    case Packed::kQ4_0: return Int8Product<Packed::kQ4_0>;
+    case Packed::kQ4_1: return Int8Product<Packed::kQ4_1>;
+    case Packed::kQ5_0: return Int8Product<Packed::kQ5_0>;
+    case Packed::kQ4_K: return Int8Product<Packed::kQ4_K>;
+    default: return Int8Product<Packed::kQ6_K>;
   }
 }

@@ -82,6 +82,9 @@ _SYMBOLS = {
   "specsample_int8_matmul_q6_k": "SpecsampleInt8MatmulQ6_K",
   # Cached attention over each query's visible entries (specsample.kernels.attention).
   "specsample_cached_attention": "SpecsampleCachedAttention",
+  # A decoder layer's two halves with 8-bit activations (specsample.kernels.decoder_layer).
+  "specsample_int8_qkv": "SpecsampleInt8Qkv",
+  "specsample_int8_attention_mlp": "SpecsampleInt8AttentionMlp",
 }
 WEIGHT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))  # what the kernels take
 _EXTENSION = "specsample.kernels._small_k_matmul"

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "int8_matmul.h"
+#include "kernel_ops.h"
 #include "spin_pool.h"
 #include "small_k_matmul.h"
 #include "xla/ffi/api/ffi.h"
@@ -252,15 +253,10 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   if (auto error = CheckRowsAndIsa("int8_matmul", k, isa)) return *std::move(error);
   const IntIsa int_isa = IntIsaOf(isa);
   // The quantized rows, in a buffer of this thread's (the parts end before this returns).
-  const int64_t nb = d / 32;
   thread_local std::vector<int32_t> scratch;
-  const int64_t words = k * d / 4 + 4 * k * nb;
+  const int64_t words = ActivationBuffer::Words(k, d);
   if (static_cast<int64_t>(scratch.size()) < words) scratch.resize(words);
-  int32_t* corr = scratch.data();
-  float* dx = reinterpret_cast<float*>(corr + 2 * k * nb);
-  float* dxs = dx + k * nb;
-  int8_t* q = reinterpret_cast<int8_t*>(dxs + k * nb);
-  const Activations a{q, dx, dxs, corr, k, d, nb};
+  const Activations a = ActivationBuffer::Into(scratch.data(), k, d);
   const uint8_t* w = packed.typed_data();
   float* yp = y->typed_data();
   const int64_t group_bytes = w_dims[1];
@@ -268,21 +264,21 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   const int64_t parts = workers == 1 ? 1 : std::min(groups, workers * kInt8PartsPerWorker);
   switch (int_isa) {
     case IntIsa::kAvx512Vnni:
-      int512vnni::QuantizeRows(x.typed_data(), int512vnni::CorrectionOffset<P>(), a);
+      int512vnni::QuantizeRows(x.typed_data(), d, a);
       RunParts(pool, parts, [=](int64_t p) {
         int512vnni::Int8Product<P>(a, w, group_bytes, n, yp, groups * p / parts,
                                    groups * (p + 1) / parts);
       });
       break;
     case IntIsa::kAvxVnni:
-      intavxvnni::QuantizeRows(x.typed_data(), intavxvnni::CorrectionOffset<P>(), a);
+      intavxvnni::QuantizeRows(x.typed_data(), d, a);
       RunParts(pool, parts, [=](int64_t p) {
         intavxvnni::Int8Product<P>(a, w, group_bytes, n, yp, groups * p / parts,
                                    groups * (p + 1) / parts);
       });
       break;
     default:
-      intavx2::QuantizeRows(x.typed_data(), intavx2::CorrectionOffset<P>(), a);
+      intavx2::QuantizeRows(x.typed_data(), d, a);
       RunParts(pool, parts, [=](int64_t p) {
         intavx2::Int8Product<P>(a, w, group_bytes, n, yp, groups * p / parts,
                                 groups * (p + 1) / parts);
@@ -294,6 +290,28 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
 }  // namespace
 
 Isa ActiveKernelIsa() { return ActiveIsa().load(std::memory_order_relaxed); }
+
+IntIsa ActiveIntIsa() { return IntIsaOf(ActiveKernelIsa()); }
+
+void QuantizeActivations(IntIsa isa, const float* x, int64_t ldx, const Activations& a) {
+  if (isa == IntIsa::kAvx512Vnni) {
+    int512vnni::QuantizeRows(x, ldx, a);
+  } else {
+    intavx2::QuantizeRows(x, ldx, a);  // the same numbers at either AVX2 width
+  }
+}
+
+void Int8ProductPart(IntIsa isa, Packed format, const Activations& a, const uint8_t* w,
+                     int64_t group_bytes, int64_t n, float* y, int64_t g0, int64_t g1) {
+  switch (isa) {
+    case IntIsa::kAvx512Vnni:
+      return int512vnni::ProductFor(format)(a, w, group_bytes, n, y, g0, g1);
+    case IntIsa::kAvxVnni:
+      return intavxvnni::ProductFor(format)(a, w, group_bytes, n, y, g0, g1);
+    default:
+      return intavx2::ProductFor(format)(a, w, group_bytes, n, y, g0, g1);
+  }
+}
 
 }  // namespace specsample
 

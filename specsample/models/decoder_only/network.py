@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from specsample.kernels import decoder_layer
 from specsample.kernels.attention import cached_attention, ends_of
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.layers import (
@@ -30,6 +31,13 @@ from specsample.models.layers import (
 KeysValues = tuple[jax.Array, jax.Array]
 
 
+def rotary_tables(positions: jax.Array, frequencies) -> tuple[jax.Array, jax.Array]:
+  """cos and sin of positions int32[batch, k] times frequencies float32[head_dim // 2], in
+  float32 (as transformers computes them).  -> ([batch, k, half], [batch, k, half])."""
+  angles = positions[..., None].astype(jnp.float32) * jnp.asarray(frequencies)  # [batch, k, half]
+  return jnp.cos(angles), jnp.sin(angles)
+
+
 def rotary(x: jax.Array, positions: jax.Array, frequencies) -> jax.Array:
   """Rotary embedding of x [batch, k, heads, head_dim] at positions int32[batch, k].
 
@@ -39,11 +47,9 @@ def rotary(x: jax.Array, positions: jax.Array, frequencies) -> jax.Array:
   half = x.shape[-1] // 2
   if isinstance(frequencies, int | float):
     frequencies = DecoderOnlyConfig(head_dim=2 * half, rope_theta=frequencies).rotary_frequencies()
-  angles = positions[..., None].astype(jnp.float32) * jnp.asarray(frequencies)  # [batch, k, half]
-  # Angles, cos and sin in float32 (as transformers computes them); the rotation itself in
-  # float32, or float64 for a float64 model.
+  # The rotation in float32, or float64 for a float64 model.
   wide = jnp.promote_types(x.dtype, jnp.float32)
-  cos, sin = (f(angles)[:, :, None, :].astype(wide) for f in (jnp.cos, jnp.sin))
+  cos, sin = (table[:, :, None, :].astype(wide) for table in rotary_tables(positions, frequencies))
   x32 = x.astype(wide)
   first, second = x32[..., :half], x32[..., half:]
   rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
@@ -87,6 +93,9 @@ class Block(nn.Module):
     -> (x, cache)."""
     c = self.config
     batch, k, _ = x.shape
+    params = self.variables.get("params", {})
+    if decoder_layer.applies(c, params):
+      return self._int8_layer(params, x, positions, cache, end_index, allowed, ends)
     frequencies = c.rotary_frequencies()
     h = self.attention_norm(x)
     queries = self.query(h).reshape(batch, k, c.num_heads, c.head_dim)
@@ -101,6 +110,27 @@ class Block(nn.Module):
     x = x + self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
     h = self.mlp_norm(x)
     x = x + self.down(jax.nn.silu(self.gate(h)) * self.up(h))
+    return x, (keys, values)
+
+  def _int8_layer(self, params, x, positions, cache: KeysValues, end_index, allowed, ends):
+    """The layer as two kernel calls (kernels.decoder_layer) around the cache write."""
+    c = self.config
+    batch, k, _ = x.shape
+    kernel = {name: params[name]["kernel"] for name in decoder_layer.PROJECTIONS}
+    cos, sin = rotary_tables(positions, c.rotary_frequencies())
+    queries, keys, values = decoder_layer.int8_qkv(
+      x, params["attention_norm"]["scale"], kernel["query"], kernel["key"], kernel["value"],
+      cos, sin, c.layer_norm_epsilon,
+    )  # fmt: skip
+    shape = (batch, k, c.num_kv_heads, c.head_dim)
+    keys = write_at(cache[0], keys.reshape(shape), end_index)
+    values = write_at(cache[1], values.reshape(shape), end_index)
+    if ends is None:
+      ends = ends_of(allowed)
+    x = decoder_layer.int8_attention_mlp(
+      x, queries, keys, values, allowed, ends, kernel["out"], params["mlp_norm"]["scale"],
+      kernel["gate"], kernel["up"], kernel["down"], c.head_dim**-0.5, c.layer_norm_epsilon,
+    )  # fmt: skip
     return x, (keys, values)
 
 

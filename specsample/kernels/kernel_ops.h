@@ -1,0 +1,39 @@
+// The kernels' entry points shared between the XLA FFI handlers of the extension's files
+// (small_k_matmul.cc: products; attention.cc: cached attention; decoder_layer.cc: the
+// fused halves of a decoder layer). Each runs one piece of work on the calling thread and
+// SpinPool's threads.
+#ifndef SPECSAMPLE_KERNELS_KERNEL_OPS_H_
+#define SPECSAMPLE_KERNELS_KERNEL_OPS_H_
+
+#include <cstdint>
+
+#include "int8_matmul.h"
+#include "small_k_matmul.h"
+
+namespace specsample {
+
+// The instruction set the kernels use now (SpecsampleSmallKMatmulUseIsa), and the
+// integer one of the 8-bit-activation products it implies.
+Isa ActiveKernelIsa();
+IntIsa ActiveIntIsa();
+
+// Rows x [k, d] (row stride ldx) quantized into `a` (int8_matmul.h).
+void QuantizeActivations(IntIsa isa, const float* x, int64_t ldx, const Activations& a);
+
+// Part of a product of quantized rows with a packed matrix of n rows: y[k, n] (row stride
+// n) for the rows of W in groups g0..g1.
+void Int8ProductPart(IntIsa isa, Packed format, const Activations& a, const uint8_t* w,
+                     int64_t group_bytes, int64_t n, float* y, int64_t g0, int64_t g1);
+
+// Cached attention (attention.cc): out [B, K, H, D] of queries [B, K, H, D] over the caches
+// keys, values [B, C, KV, D], each query seeing the entries `allowed` [B, K, C] marks before
+// its end `ends` [B, K]; on `threads` threads in all. head_dim a multiple of the vector
+// width of `isa` (16 floats for AVX-512, 8 for AVX2).
+void CachedAttentionRows(Isa isa, int threads, const float* queries, const float* keys,
+                         const float* values, const bool* allowed, const int32_t* ends,
+                         int64_t batch, int64_t rows, int64_t heads, int64_t kv_heads,
+                         int64_t head_dim, int64_t capacity, float scale, float* out);
+
+}  // namespace specsample
+
+#endif  // SPECSAMPLE_KERNELS_KERNEL_OPS_H_
