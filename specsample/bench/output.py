@@ -166,14 +166,20 @@ def phase_table(report: PairReport) -> list[str]:
   return lines
 
 
+_ARITHMETIC = {
+  "float32": "GFLOP/s float32",
+  "int8": "G operations/s of the 8-bit-activation kernel",
+}
+
+
 def roofline_table(report: PairReport) -> list[str]:
   """Weight traffic per token and each decoder's fraction of the memory and arithmetic
   rooflines (`bench.roofline`), and the target's k-row calls against their floors."""
   roofs, costs = report.roofs, report.costs
   lines = [
     f"Rooflines (`bench.roofline`; measured in this run: {roofs.bandwidth / 1e9:.1f} GB/s "
-    f"streaming weights, {roofs.arithmetic / 1e9:.0f} GFLOP/s float32; weight traffic "
-    "only, batch 1):",
+    f"streaming weights, {roofs.arithmetic / 1e9:.0f} {_ARITHMETIC[roofs.arithmetic_kind]}; "
+    "weight traffic only, batch 1):",
     "",
     "| T | decoder | ms/token | weight MB/token | GFLOP/token | memory floor ms "
     "| of memory roofline | arithmetic floor ms | of arithmetic roofline |",

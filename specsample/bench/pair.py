@@ -38,6 +38,7 @@ from specsample.decoding import (
   generate,
   speculative_generate,
 )
+from specsample.models.weights import activations
 
 # Sweep rules: the paper's chain with either verification, and the draft shapes beyond it
 # (token-wise verification of an adaptive-length chain; K-chain trees, "tree2".."tree4").
@@ -287,7 +288,7 @@ def bench_pair(
   tick("step costs")
   costs = measure_costs(target, draft, prompts[0], max(settings.gammas), settings.cost_repeats)
   with_roofs = has_weights_per_call(target) and has_weights_per_call(draft)
-  roofs = measure_roofs() if with_roofs else None
+  roofs = measure_roofs(activations=activations(target)) if with_roofs else None
 
   def timed_total(decode, baseline=None) -> tuple[float, list, float]:
     """Sum over prompts (batch 1) of the median seconds of decode(prompt row), and of

