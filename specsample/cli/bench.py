@@ -15,6 +15,7 @@ from specsample.cli.options import (
   gguf_blocks,
   resolve_activations,
   resolve_weights,
+  say_activations,
 )
 
 REPORT_FILES = (
@@ -127,6 +128,7 @@ def run_bench(args) -> int:
     args.prefix = args.prefix or ""
     prompts = encode_prompts(texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly))
   target, draft = compact_weights(args, target, draft)
+  say_activations(args)
   if args.weights != "float32" and not args.title:
     title += f" ({args.weights} weights)"
   if args.pair != "ende":

@@ -21,6 +21,7 @@ from specsample.cli.options import (
   resolve_activations,
   resolve_gamma,
   resolve_weights,
+  say_activations,
   with_prompt_lookup,
 )
 
@@ -152,6 +153,7 @@ def run_generate(args) -> int:
     target = load_model(target_path, dtype=args.dtype, **blocks)
     draft = load_draft(draft_path, target, dtype=args.dtype, **blocks)
   target, draft = compact_weights(args, target, draft)
+  say_activations(args)
   tokenizer = load_tokenizer(args.tokenizer or target_path)
   if draft.vocab_size != target.vocab_size:
     raise UsageError(

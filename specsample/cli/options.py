@@ -293,8 +293,8 @@ def resolve_weights(args, target_path: str | None) -> str:
 
 def resolve_activations(args) -> str:
   """--activations auto becomes int8 for block weights where the CPU kernel runs, float32
-  otherwise; said on stderr with block weights. int8 without block weights is refused.
-  Call after resolve_weights. Sets and returns args.activations."""
+  otherwise; int8 without block weights is refused. Call after resolve_weights (and
+  `say_activations` once the models loaded). Sets and returns args.activations."""
   from specsample.kernels import small_k
 
   requested = getattr(args, "activations", "auto")
@@ -307,16 +307,23 @@ def resolve_activations(args) -> str:
   if requested == "auto":
     requested = "int8" if blocks and small_k.kernel_available() else "float32"
   args.activations = requested
-  if blocks:
-    if requested == "int8":
-      isa = small_k.integer_instruction_set() or "XLA"
-      how = f"8 bits per number in blocks of 32, integer dot products: {isa}"
-      other = "--activations float32 for float32 arithmetic"
-    else:
-      how = "the float32 product of the dequantized weights"
-      other = "--activations int8 for integer dot products"
-    print(f"activations: {requested} ({how}; {other})", file=sys.stderr)
   return requested
+
+
+def say_activations(args) -> None:
+  """With block weights, which arithmetic runs, on stderr (after the models loaded)."""
+  from specsample.kernels import small_k
+
+  if _resolved(args) != "gguf":
+    return
+  if activations(args) == "int8":
+    isa = small_k.integer_instruction_set() or "XLA"
+    how = f"8 bits per number in blocks of 32, integer dot products: {isa}"
+    other = "--activations float32 for float32 arithmetic"
+  else:
+    how = "the float32 product of the dequantized weights"
+    other = "--activations int8 for integer dot products"
+  print(f"activations: {activations(args)} ({how}; {other})", file=sys.stderr)
 
 
 def activations(args) -> str:

@@ -12,6 +12,7 @@ einsums and softmax over the whole capacity, with masked entries biased by -1e10
 
 from __future__ import annotations
 
+import functools
 import os
 
 import jax
@@ -82,6 +83,12 @@ def cached_attention(
     return _xla_attention(queries, keys, values, allowed, scale)
   if ends is None:
     ends = ends_of(allowed)
+  return _kernel_attention(queries, keys, values, allowed, ends.astype(jnp.int32), scale)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5,))
+def _kernel_attention(queries, keys, values, allowed, ends, scale):
+  """The custom call on CPU, XLA elsewhere."""
   call = jax.ffi.ffi_call(
     _TARGET, jax.ShapeDtypeStruct(queries.shape, jnp.float32), vmap_method="sequential"
   )
@@ -92,6 +99,17 @@ def cached_attention(
   def xla(q, k_, v, a, e):
     return _xla_attention(q, k_, v, a, scale)
 
-  return jax.lax.platform_dependent(
-    queries, keys, values, allowed, ends.astype(jnp.int32), cpu=kernel, default=xla
+  return jax.lax.platform_dependent(queries, keys, values, allowed, ends, cpu=kernel, default=xla)
+
+
+@_kernel_attention.defjvp
+def _kernel_attention_jvp(scale, primals, tangents):
+  # Gradients (training) go through XLA's attention: the same function up to rounding.
+  queries, keys, values, allowed, ends = primals
+  out = _kernel_attention(queries, keys, values, allowed, ends, scale)
+  _, tangent = jax.jvp(
+    lambda q, k, v: _xla_attention(q, k, v, allowed, scale),
+    (queries, keys, values),
+    tuple(tangents[:3]),
   )
+  return out, tangent

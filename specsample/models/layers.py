@@ -92,14 +92,11 @@ def write_at(cache: jax.Array, new: jax.Array, end_index: jax.Array) -> jax.Arra
   overwrites them (rewinding a cache is moving its end index, never a copy).
   """
 
-  # One dynamic_update_slice per row, each in place (a vmapped one becomes a select over the
-  # whole cache: every entry rewritten per call).
-  new = new.astype(cache.dtype)
-  zero = jnp.zeros((), end_index.dtype)
-  for b in range(cache.shape[0]):
-    start = (jnp.asarray(b, end_index.dtype), end_index[b]) + (zero,) * (cache.ndim - 2)
-    cache = jax.lax.dynamic_update_slice(cache, new[b : b + 1], start)
-  return cache
+  def write_row(row_cache, row_new, index):
+    start = (index,) + (jnp.zeros((), index.dtype),) * (row_cache.ndim - 1)
+    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
+
+  return jax.vmap(write_row)(cache, new, end_index)
 
 
 def move_to_end(cache: jax.Array, slots: jax.Array, end_index: jax.Array) -> jax.Array:
