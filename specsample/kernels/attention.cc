@@ -47,38 +47,49 @@ void CachedAttentionRows(Isa isa, int threads, const float* qp, const float* kp,
                          int64_t capacity, float scale, float* op) {
   const int64_t groups = heads / kv_heads;
   const int64_t stride = kv_heads * d;  // between cache entries
+  // A part: up to per_pass query heads of one row and cache head, taken from the row's
+  // queries in order (query i, head g: number i * groups + g), sharing the cache's loads.
+  const int64_t per_pass = isa == Isa::kAvx512 ? 4 : 2;
+  const int64_t heads_per_row = rows * groups;  // of one cache head
+  const int64_t passes = (heads_per_row + per_pass - 1) / per_pass;
   auto part = [=](int64_t p) {
-    const int64_t kv = p % kv_heads, i = (p / kv_heads) % rows, b = p / (kv_heads * rows);
-    const int64_t end = ep[b * rows + i];
+    const int64_t pass = p % passes, kv = (p / passes) % kv_heads, b = p / (passes * kv_heads);
     const float* cache_k = kp + b * capacity * stride + kv * d;
     const float* cache_v = vp + b * capacity * stride + kv * d;
-    const bool* seen = ap + (b * rows + i) * capacity;
-    thread_local std::vector<float> scores;
-    const int64_t per_pass = isa == Isa::kAvx512 ? 4 : 2;  // query heads sharing each load
-    if (static_cast<int64_t>(scores.size()) < per_pass * (end + 4)) {
-      scores.resize(per_pass * (end + 4));
+    const int64_t first = pass * per_pass;
+    const int r = static_cast<int>(std::min(per_pass, heads_per_row - first));
+    const float* query[4];
+    float* result[4];
+    const bool* seen[4];
+    int64_t ends[4];
+    int64_t widest = 0;
+    for (int j = 0; j < r; ++j) {
+      const int64_t i = (first + j) / groups, g = (first + j) % groups;
+      const int64_t at = ((b * rows + i) * heads + kv * groups + g) * d;
+      query[j] = qp + at;
+      result[j] = op + at;
+      seen[j] = ap + (b * rows + i) * capacity;
+      ends[j] = ep[b * rows + i];
+      widest = std::max(widest, ends[j]);
     }
-    for (int64_t g0 = 0; g0 < groups; g0 += per_pass) {
-      const int r = static_cast<int>(std::min(per_pass, groups - g0));
-      const float* query[4];
-      float* result[4];
-      for (int j = 0; j < r; ++j) {
-        const int64_t at = ((b * rows + i) * heads + kv * groups + g0 + j) * d;
-        query[j] = qp + at;
-        result[j] = op + at;
-      }
-      if (end == 0) {  // sees nothing
-        for (int j = 0; j < r; ++j) std::fill(result[j], result[j] + d, 0.0f);
-      } else if (isa == Isa::kAvx512) {
-        attention_avx512::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, end, d, scale,
-                                        scores.data(), result);
-      } else {
-        attention_avx2::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, end, d, scale,
+    thread_local std::vector<float> scores;
+    if (static_cast<int64_t>(scores.size()) < per_pass * (widest + 4)) {
+      scores.resize(per_pass * (widest + 4));
+    }
+    if (widest == 0) {  // none sees anything
+      for (int j = 0; j < r; ++j) std::fill(result[j], result[j] + d, 0.0f);
+    } else if (isa == Isa::kAvx512) {
+      attention_avx512::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, ends, d, scale,
                                       scores.data(), result);
-      }
+    } else {
+      attention_avx2::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, ends, d, scale,
+                                    scores.data(), result);
+    }
+    for (int j = 0; j < r; ++j) {  // a head that sees nothing while another of the pass does
+      if (ends[j] == 0) std::fill(result[j], result[j] + d, 0.0f);
     }
   };
-  const int64_t parts = batch * rows * kv_heads;
+  const int64_t parts = batch * kv_heads * passes;
   if (parts == 1 || threads <= 1) {
     for (int64_t p = 0; p < parts; ++p) part(p);
   } else {

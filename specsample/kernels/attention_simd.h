@@ -56,23 +56,28 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline void Dot4(const float* con
 // byte past them is read).
 SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::Mask Seen(
     const bool* allowed, int64_t left) {
+  if (left >= Vec::kLanes) return Vec::NonZeroBytes(reinterpret_cast<const uint8_t*>(allowed));
   alignas(16) uint8_t bytes[Vec::kLanes] = {};
-  std::memcpy(bytes, allowed, static_cast<size_t>(std::min<int64_t>(left, Vec::kLanes)));
+  for (int64_t i = 0; i < left; ++i) bytes[i] = allowed[i];
   return Vec::NonZeroBytes(bytes);
 }
 
 // How many cache entries ahead of the one being read are prefetched.
 constexpr int64_t kPrefetchEntries = 8;
 
-// R query heads sharing one cache head: out[r] [D] = softmax over the allowed entries
-// s < end of (q[r] . k_s) * scale, times v_s. keys, values: entry s at keys + s * stride;
-// allowed[s]: whether it is seen; scores: scratch of R * (end + 4) floats. Each head's
-// numbers are those it would have alone (the entries are only shared loads).
+// R query heads sharing one cache head (heads of one query, or of a row's several queries):
+// out[r] [D] = softmax over head r's allowed entries s < ends[r] of (q[r] . k_s) * scale,
+// times v_s. keys, values: entry s at keys + s * stride; allowed[r][s]: whether head r sees
+// entry s; scores: scratch of R * (max end + 4) floats. Each head's numbers are those it
+// would have alone: the entries' loads are shared, each head's sums run over its own
+// entries in the same order.
 template <int R>
 SPECSAMPLE_SIMD void AttendHeads(const float* const* q, const float* keys, const float* values,
-                                 int64_t stride, const bool* allowed, int64_t end, int64_t d,
-                                 float scale, float* scores, float* const* out) {
+                                 int64_t stride, const bool* const* allowed, const int64_t* ends,
+                                 int64_t d, float scale, float* scores, float* const* out) {
   constexpr int L = Vec::kLanes;
+  int64_t end = 0;
+  for (int r = 0; r < R; ++r) end = std::max(end, ends[r]);
   const int64_t row = end + 4;  // scores of head r: scores + r * row
   // Scores, 4 entries at a time (past the end: the last entry again, then dropped).
   for (int64_t s = 0; s < end; s += 4) {
@@ -90,27 +95,32 @@ SPECSAMPLE_SIMD void AttendHeads(const float* const* q, const float* keys, const
   const typename Vec::V masked = Vec::Broadcast(minus_infinity);
   for (int r = 0; r < R; ++r) {
     float* t = scores + r * row;
+    const int64_t own = ends[r];
     // t_s = score * scale where allowed, -inf elsewhere; m = their maximum (exact in any order)
     typename Vec::V mv = masked;
-    for (int64_t i = 0; i < end; i += L) {
-      const typename Vec::Mask lanes = Vec::Tail(end - i);
-      const typename Vec::V v =
-          Vec::Select(Seen(allowed + i, end - i), Vec::Mul(Vec::Load(t + i, lanes), scale_v), masked);
+    for (int64_t i = 0; i < own; i += L) {
+      const typename Vec::Mask lanes = Vec::Tail(own - i);
+      const typename Vec::V v = Vec::Select(Seen(allowed[r] + i, own - i),
+                                            Vec::Mul(Vec::Load(t + i, lanes), scale_v), masked);
       Vec::Store(t + i, lanes, v);
       mv = Vec::Max(mv, Vec::Select(lanes, v, masked));
     }
     const typename Vec::V m = Vec::Broadcast(Vec::MaxOf(mv));
     // p_s = exp(t_s - m) in place (masked: exp(-inf) = 0), l in L lanes, in order of s.
     typename Vec::V l = Vec::Zero();
-    for (int64_t i = 0; i < end; i += L) {
-      const typename Vec::Mask lanes = Vec::Tail(end - i);
+    for (int64_t i = 0; i < own; i += L) {
+      const typename Vec::Mask lanes = Vec::Tail(own - i);
       const typename Vec::V p = Vec::Select(lanes, Exp(Vec::Sub(Vec::Load(t + i, lanes), m)), Vec::Zero());
       Vec::Store(t + i, lanes, p);
       l = Vec::Add(l, p);
     }
     t[end] = Vec::Sum(l);  // kept past the entries
+    for (int64_t e = own; e < end; ++e) t[e] = 0.0f;  // past head r's end: p = 0
   }
-  // out[r] = sum_s p_s v_s / l, each value vector loaded once for the R heads.
+  // out[r] = sum over head r's entries of p_s v_s / l, each value vector loaded once. An
+  // entry head r does not see has p = 0, and adding 0 * v (v finite) leaves the sum as it
+  // was bit for bit (it is never -0: it starts at +0, and x + -x rounds to +0), so adding
+  // it equals skipping it, as the head alone would.
   for (int64_t i = 0; i < d; i += 4 * L) {
     const int vectors = static_cast<int>(std::min<int64_t>(4, (d - i) / L));
     typename Vec::V acc[R][4];
@@ -120,7 +130,6 @@ SPECSAMPLE_SIMD void AttendHeads(const float* const* q, const float* keys, const
       if (e + kPrefetchEntries < end)
         for (int j = 0; j < vectors * L; j += 16)
           _mm_prefetch(reinterpret_cast<const char*>(values + (e + kPrefetchEntries) * stride + i + j), _MM_HINT_T0);
-      if (!allowed[e]) continue;
       const float* v = values + e * stride + i;
       typename Vec::V vv[4];
       for (int j = 0; j < vectors; ++j) vv[j] = Vec::Load(v + L * j);
@@ -138,13 +147,14 @@ SPECSAMPLE_SIMD void AttendHeads(const float* const* q, const float* keys, const
 
 // AttendHeads<R> for R = 1..4 (the heads of one pass).
 SPECSAMPLE_SIMD inline void AttendHeadsOf(int heads, const float* const* q, const float* keys,
-                                          const float* values, int64_t stride, const bool* allowed,
-                                          int64_t end, int64_t d, float scale, float* scores,
+                                          const float* values, int64_t stride,
+                                          const bool* const* allowed, const int64_t* ends,
+                                          int64_t d, float scale, float* scores,
                                           float* const* out) {
   switch (heads) {
-    case 1: return AttendHeads<1>(q, keys, values, stride, allowed, end, d, scale, scores, out);
-    case 2: return AttendHeads<2>(q, keys, values, stride, allowed, end, d, scale, scores, out);
-    case 3: return AttendHeads<3>(q, keys, values, stride, allowed, end, d, scale, scores, out);
-    default: return AttendHeads<4>(q, keys, values, stride, allowed, end, d, scale, scores, out);
+    case 1: return AttendHeads<1>(q, keys, values, stride, allowed, ends, d, scale, scores, out);
+    case 2: return AttendHeads<2>(q, keys, values, stride, allowed, ends, d, scale, scores, out);
+    case 3: return AttendHeads<3>(q, keys, values, stride, allowed, ends, d, scale, scores, out);
+    default: return AttendHeads<4>(q, keys, values, stride, allowed, ends, d, scale, scores, out);
   }
 }
