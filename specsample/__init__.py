@@ -12,6 +12,7 @@ from specsample.decoding import (
   DraftTree,
   GenerationOutput,
   NonFiniteLogitsError,
+  SpeculativeSettings,
   generate,
 )
 
@@ -24,6 +25,7 @@ __all__ = [
   "GenerationOutput",
   "NonFiniteLogitsError",
   "SamplingConfig",
+  "SpeculativeSettings",
   "generate",
   "load_model",
   "load_t5",

@@ -1,9 +1,9 @@
-"""The public entry points, with `gamma="auto"` resolved above the decoding loops.
+"""The public entry point: `speculative_generate`, with `gamma="auto"` resolved here.
 
-`speculative_generate` here is `specsample.decoding.speculative_generate` plus one
-convenience: `gamma="auto"` measures alpha, c and r on the caller's prompts on this machine
-(`specsample.bench.tune_gamma`) and decodes with the gamma the speedup model prefers. The
-loops themselves never time anything.
+It makes the static settings (`decoding.SpeculativeSettings`) from keyword arguments and
+runs the compiled loop (`decoding.speculative_decode`). `gamma="auto"` measures alpha, c
+and r on the caller's prompts on this machine (`specsample.bench.tune_gamma`), which is
+why this sits above bench: the loops themselves never time anything.
 """
 
 from __future__ import annotations
@@ -13,8 +13,13 @@ import jax
 from specsample.bench.tuning import tune_gamma
 from specsample.core.sampling import SamplingConfig
 from specsample.core.verification import VerificationRule
-from specsample.decoding import AdaptiveDraft, DraftTree, GenerationOutput
-from specsample.decoding import speculative_generate as _speculative_generate
+from specsample.decoding import (
+  AdaptiveDraft,
+  DraftTree,
+  GenerationOutput,
+  SpeculativeSettings,
+  speculative_decode,
+)
 from specsample.decoding.inputs import check_sampling
 
 
@@ -35,15 +40,45 @@ def speculative_generate(
 ) -> GenerationOutput:
   """Speculative sampling: the output is distributed exactly as `generate(target, ...)`.
 
-  Every argument is that of `specsample.decoding.speculative_generate` (see there), and
-  gamma may also be "auto": measure alpha, c and r on these prompts and take the gamma
-  the speedup model prefers (`specsample.bench.tune_gamma`). That costs a probe run and
-  a few compilations per call: when decoding many batches, tune once and pass the
-  number. The gamma used is `output.stats.gamma`.
+  Args:
+    target: the model whose distribution the output follows (model contract).
+    draft: the cheaper model that proposes tokens; same vocabulary as the target.
+    prompts: int[batch, prompt_length] (with optional `prompt_lengths`), or a list of
+      token lists of any lengths.
+    gamma: draft tokens proposed per iteration (static), 1..64; or "auto": measure
+      alpha, c and r on these prompts on this machine and take the gamma the speedup
+      model prefers (`specsample.bench.tune_gamma`). That costs a probe run and a few
+      compilations per call: when decoding many batches, tune once and pass the number.
+      The gamma used is `output.stats.gamma`.
+    max_new_tokens: tokens to generate per row at most (rows also end at the target's EOS).
+    sampling: temperature / top-k / top-p, applied identically to draft and target.
+      Temperature 0 decodes greedily and then equals greedy `generate` token for token.
+    verification: "token" (Leviathan et al. Alg. 1) or "block" (Sun et al. 2024); with
+      temperature 0 both reduce to "greedy", which may also be named directly. A
+      callable `(key, draft_tokens, draft_probs, target_probs) -> Verdict` plugs in a
+      rule of your own (it is static: pass the same function object to reuse the
+      compiled program); check its exactness with `MarkovLM.exact_distribution`.
+    seed: int or jax PRNG key. The same seed gives the same output.
+    trace: also record every iteration's draft tokens, accepted count and next token
+      (`output.trace`, for the acceptance-trace picture); a separate compiled program.
+    adaptive: draft a variable number of tokens per row and iteration, up to gamma:
+      each row stops after a token the draft is unsure of, with a per-row threshold its
+      acceptance steers (`AdaptiveDraft`; True takes its defaults). Exact with every
+      built-in rule; the target's call is as wide as the longest row's block.
+    tree: draft K chains of gamma tokens per row with distinct first tokens (`DraftTree`,
+      or K as an int) and verify them in one tree-shaped target call: recursive
+      rejection sampling over the first tokens (drawn without replacement), then
+      token-wise along the accepted chain (greedy: the draft's top-K first tokens,
+      longest match wins); needs
+      models with `extend_tree` / `keep_path` (T5, DecoderOnly, MarkovLM). The trace
+      records the chain the accepted path followed.
+
+  Returns:
+    GenerationOutput: tokens int32[batch, max_new_tokens] (pad after each row's end),
+    lengths int32[batch], DecodingStats (alpha, tokens_per_target_call, histogram, ...),
+    and the SpeculativeTrace when asked for.
   """
-  if isinstance(gamma, str):
-    if gamma != "auto":
-      raise ValueError(f'gamma must be a positive int or "auto", got {gamma!r}')
+  if isinstance(gamma, str) and gamma == "auto":
     gamma = tune_gamma(
       target,
       draft,
@@ -53,17 +88,17 @@ def speculative_generate(
       prompt_lengths=prompt_lengths,
       seed=seed,
     ).gamma
-  return _speculative_generate(
-    target,
-    draft,
-    prompts,
+  elif isinstance(gamma, str):
+    raise ValueError(f'gamma must be a positive int or "auto", got {gamma!r}')
+  settings = SpeculativeSettings.of(
     gamma=gamma,
     max_new_tokens=max_new_tokens,
     sampling=sampling,
     verification=verification,
-    seed=seed,
-    prompt_lengths=prompt_lengths,
     trace=trace,
     adaptive=adaptive,
     tree=tree,
+  )
+  return speculative_decode(
+    target, draft, prompts, settings, seed=seed, prompt_lengths=prompt_lengths
   )

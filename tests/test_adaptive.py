@@ -11,7 +11,8 @@ import pytest
 from test_lossless import batched_prompts, fits_per_prompt, make_pair
 
 from specsample import AdaptiveDraft, SamplingConfig, generate, speculative_generate
-from specsample.decoding import clear_compiled_programs, drafting
+from specsample.decoding import clear_compiled_programs
+from specsample.decoding.drafters import adaptive as adaptive_drafter
 
 ROWS_PER_PROMPT = 6000
 
@@ -71,7 +72,7 @@ def _drop_the_unconfident_token(confident):
 @pytest.mark.slow
 def test_a_stopping_rule_that_looks_at_the_proposed_token_fails_the_same_test(monkeypatch):
   clear_compiled_programs(speculative_only=True)  # the patched function must be traced
-  monkeypatch.setattr(drafting, "drafted_length", _drop_the_unconfident_token)
+  monkeypatch.setattr(adaptive_drafter, "drafted_length", _drop_the_unconfident_token)
   try:
     target, sampling, out = _run(
       "token", 1.0, 0, 1.0, 3, 3, 1, None, AdaptiveDraft(threshold=0.5, target_acceptance=None)

@@ -114,12 +114,12 @@ def test_the_loop_is_one_while_loop_in_one_program(rule, temperature):
   """The compiled program's entry computation holds exactly one while loop (the
   generation loop; the draft's steps and the samplers' loops are inside it), and no host
   callback: a Python loop around a jitted step would leave none."""
-  from specsample.decoding.speculative import SpeculativeSettings, _speculative_compiled
+  from specsample.decoding import SpeculativeSettings, speculative_program
 
   sampling = SamplingConfig(temperature=temperature)
   settings = SpeculativeSettings(gamma=3, max_new_tokens=8, sampling=sampling, rule=rule)
   prompts, lengths = jnp.array([[1, 2]]), jnp.array([2])
-  lowered = _speculative_compiled.lower(
+  lowered = speculative_program.lower(
     TARGET, DRAFT, prompts, lengths, jax.random.key(0), settings
   )
   assert "callback" not in lowered.as_text()  # no host round trips
@@ -217,10 +217,10 @@ def test_clear_compiled_programs_drops_the_cached_loops():
   model = MarkovLM.random(0, 5)
   speculative_generate(model, model, [[1, 2]], gamma=2, max_new_tokens=3)
   generate(model, [[1, 2]], max_new_tokens=3)
-  assert speculative._speculative_compiled._cache_size() >= 1
+  assert speculative.speculative_program._cache_size() >= 1
   assert autoregressive._generate_compiled._cache_size() >= 1
   clear_compiled_programs(speculative_only=True)
-  assert speculative._speculative_compiled._cache_size() == 0
+  assert speculative.speculative_program._cache_size() == 0
   assert autoregressive._generate_compiled._cache_size() >= 1
   clear_compiled_programs()
   assert autoregressive._generate_compiled._cache_size() == 0

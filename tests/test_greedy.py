@@ -104,7 +104,7 @@ def test_one_token_catch_up_equals_the_two_token_call_when_no_row_owes_two():
   """The loop's lax.cond picks a 1-token catch-up when no row owes 2 tokens: it must give
   the same logits and state as the 2-token call it replaces (a T5 model, whose logits
   depend on the whole cache, at rows with different ends)."""
-  from specsample.decoding import drafting as spec
+  from specsample.decoding.drafters import chain as spec
   from specsample.models.t5 import T5
   from specsample.models.t5.config import T5Config
 
@@ -118,8 +118,8 @@ def test_one_token_catch_up_equals_the_two_token_call_when_no_row_owes_two():
   _, state = draft.extend(state, jnp.array([[start[0], 7, 8], [start[1], 9, 0]]), jnp.array([3, 2]))
   pending = jnp.array([[10, 0], [11, 0]], jnp.int32)
   catch_up = jnp.array([1, 0], jnp.int32)  # row 1 is done: it does not advance
-  one_logits, one_state = spec._catch_up_one(draft, state, pending, catch_up)
-  two_logits, two_state = spec._catch_up_two(draft, state, pending, catch_up)
+  one_logits, one_state = spec.catch_up_one(draft, state, pending, catch_up)
+  two_logits, two_state = spec.catch_up_two(draft, state, pending, catch_up)
   np.testing.assert_allclose(one_logits, two_logits, atol=1e-5)
   np.testing.assert_array_equal(one_state.end_index, two_state.end_index)
   np.testing.assert_array_equal(one_state.end_index, state.end_index + catch_up)

@@ -13,7 +13,8 @@ from test_lossless import batched_prompts, fits_per_prompt, make_pair
 from specsample import DraftTree, SamplingConfig, generate, speculative_generate
 from specsample.core.sampling import sample_from_probs
 from specsample.core.tree import TreeLayout, chain_slots, verify_tree_greedy
-from specsample.decoding import clear_compiled_programs, tree_loop
+from specsample.decoding import clear_compiled_programs
+from specsample.decoding.drafters import tree as tree_drafter
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.t5 import T5
 from specsample.models.t5.config import T5Config
@@ -156,7 +157,7 @@ def _without_residual_updates(key, chain_tokens, draft_probs, target_probs):
 @pytest.mark.slow
 def test_a_wrong_multi_draft_rule_fails_the_same_test(monkeypatch):
   clear_compiled_programs(speculative_only=True)
-  monkeypatch.setattr(tree_loop, "verify_tree_sampling", _without_residual_updates)
+  monkeypatch.setattr(tree_drafter, "verify_tree_sampling", _without_residual_updates)
   try:
     target, sampling, out = _run(1.0, 0, 1.0, 1, 3, 3, 1, None)
   finally:

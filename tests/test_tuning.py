@@ -92,10 +92,10 @@ def test_bad_gamma_values():
   target, draft = pair()
   with pytest.raises(ValueError, match='"auto"'):
     speculative_generate(target, draft, PROMPTS, gamma="fast", max_new_tokens=4)
-  from specsample.decoding import speculative_generate as loop_only
+  from specsample.decoding import SpeculativeSettings
 
   with pytest.raises(ValueError, match="specsample.speculative_generate"):
-    loop_only(target, draft, PROMPTS, gamma="auto", max_new_tokens=4)
+    SpeculativeSettings(gamma="auto", max_new_tokens=4)
   with pytest.raises(ValueError, match="gamma"):
     speculative_generate(target, draft, PROMPTS, gamma=0, max_new_tokens=4)
   assert _gamma_value("auto") == "auto" and _gamma_value("3") == 3

@@ -21,9 +21,8 @@ import time
 import jax
 import numpy as np
 
-from specsample import SamplingConfig, bundled, generate
+from specsample import SamplingConfig, bundled, generate, speculative_generate
 from specsample.bench.pair import pad_to_width
-from specsample.decoding import speculative_generate
 
 
 def load_module(path: str):

@@ -34,9 +34,10 @@ from specsample.core.sampling import logits_to_probs
 from specsample.core.speedup import expected_tokens_per_iteration
 from specsample.decoding import (
   AdaptiveDraft,
+  SpeculativeSettings,
   clear_compiled_programs,
   generate,
-  speculative_generate,
+  speculative_decode,
 )
 from specsample.models.weights import activations
 
@@ -48,7 +49,7 @@ BENCH_RULES = CHAIN_RULES + SHAPE_RULES
 
 
 def rule_options(rule: str) -> dict:
-  """speculative_generate keywords of a sweep rule."""
+  """`SpeculativeSettings.of` keywords of a sweep rule."""
   if rule in CHAIN_RULES:
     return {"verification": rule}
   if rule == "adaptive":
@@ -389,17 +390,13 @@ def bench_steps(settings: BenchSettings) -> int:
 def _sweep_point(
   target, draft, gamma, rule, sampling, settings, costs, plain, timed_total
 ) -> SweepPoint:
+  spec_settings = SpeculativeSettings.of(
+    gamma=gamma, max_new_tokens=settings.max_new_tokens, sampling=sampling, **rule_options(rule)
+  )
+
   def speculative(array, length):
-    return speculative_generate(
-      target,
-      draft,
-      array,
-      prompt_lengths=length,
-      gamma=gamma,
-      max_new_tokens=settings.max_new_tokens,
-      sampling=sampling,
-      seed=settings.seed,
-      **rule_options(rule),
+    return speculative_decode(
+      target, draft, array, spec_settings, seed=settings.seed, prompt_lengths=length
     )
 
   seconds, outputs, ar_seconds = timed_total(speculative, baseline=plain)
@@ -481,9 +478,14 @@ def _batch_point(target, draft, prompts, size, gamma, temperature, settings) -> 
     sampling=sampling,
     seed=settings.seed,
   )
+  spec_settings = SpeculativeSettings.of(
+    gamma=gamma, max_new_tokens=settings.max_new_tokens, sampling=sampling
+  )
   (spec, plain), (out, _) = time_calls(
     [
-      lambda: speculative_generate(target, draft, array, gamma=gamma, **common),
+      lambda: speculative_decode(
+        target, draft, array, spec_settings, seed=settings.seed, prompt_lengths=lengths
+      ),
       lambda: generate(target, array, **common),
     ],
     repeats=settings.repeats,

@@ -5,7 +5,7 @@ plain step t_target(1), each step timed in a compiled loop of its own. `phase_br
 measures what the decoding loops really pay, side by side in one run on the same prompts
 (batch 1, each prompt alone, compilation excluded, repeats interleaved, medians):
 
-  speculative      speculative_generate, end to end;
+  speculative      the speculative loop, end to end;
   model calls      a compiled loop making only the speculative loop's model calls, with
                    the same shapes, the same number of iterations and both prefills (the
                    draft's catch-up, over 2 tokens as often as the loop needed it, and
@@ -37,7 +37,12 @@ from specsample.bench.costs import clear_step_programs
 from specsample.bench.timing import interleaved_medians
 from specsample.core import SamplingConfig
 from specsample.core.contract import uses_target_features
-from specsample.decoding import clear_compiled_programs, generate, speculative_generate
+from specsample.decoding import (
+  SpeculativeSettings,
+  clear_compiled_programs,
+  generate,
+  speculative_decode,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +115,10 @@ def phase_breakdown(
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
   common = dict(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
-  positions = max_new_tokens + gamma + 1  # the cache length speculative_generate allocates
+  spec_settings = SpeculativeSettings.of(
+    gamma=gamma, max_new_tokens=max_new_tokens, sampling=sampling, verification=rule
+  )
+  positions = max_new_tokens + gamma + 1  # the cache length the speculative loop allocates
   totals = dict.fromkeys(
     ("spec", "calls", "target_calls", "prefill", "target_prefill", "ar", "ar_calls"), 0.0
   )
@@ -122,8 +130,8 @@ def phase_breakdown(
         f"phase_breakdown takes batch-1 rows (int32[1, width], int32[1]), got shapes "
         f"{array.shape} and {length.shape}"
       )
-    spec_out = speculative_generate(
-      target, draft, array, prompt_lengths=length, gamma=gamma, verification=rule, **common
+    spec_out = speculative_decode(
+      target, draft, array, spec_settings, seed=seed, prompt_lengths=length
     )
     ar_out = generate(target, array, prompt_lengths=length, **common)
     n_iter = jnp.asarray(spec_out.stats.target_calls, jnp.int32)
@@ -133,9 +141,7 @@ def phase_breakdown(
     tokens += int(n_steps)
     calls = {
       "spec": lambda a=array, n=length: (
-        speculative_generate(
-          target, draft, a, prompt_lengths=n, gamma=gamma, verification=rule, **common
-        ).tokens
+        speculative_decode(target, draft, a, spec_settings, seed=seed, prompt_lengths=n).tokens
       ),
       "calls": lambda a=array, n=length, i=n_iter, w=widths: speculative_model_calls(
         target, draft, a, n, i, w, gamma=gamma, positions=positions, with_draft=True

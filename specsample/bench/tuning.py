@@ -15,7 +15,7 @@ import dataclasses
 from specsample.bench.costs import interleaved_step_seconds
 from specsample.core.sampling import SamplingConfig
 from specsample.core.speedup import best_gamma, theoretical_speedup
-from specsample.decoding import speculative_generate
+from specsample.decoding import SpeculativeSettings, speculative_decode
 from specsample.decoding.inputs import check_positive_int, prepare_prompts, prompt_pad_id
 
 PROBE_GAMMA = 4  # gamma of the alpha probe run
@@ -59,16 +59,14 @@ def tune_gamma(
     pad_id=target.pad_id,
     prompt_pad_id=prompt_pad_id(target),
   )
-  probe = speculative_generate(
-    target,
-    draft,
-    padded,
-    prompt_lengths=lengths,
+  probe_settings = SpeculativeSettings.of(
     gamma=PROBE_GAMMA,
     max_new_tokens=PROBE_NEW_TOKENS,
     sampling=sampling,
     verification=verification,
-    seed=seed,
+  )
+  probe = speculative_decode(
+    target, draft, padded, probe_settings, seed=seed, prompt_lengths=lengths
   )
   alpha = probe.stats.alpha
   if alpha != alpha:  # NaN: nothing was verified (every row ended at once)

@@ -144,7 +144,7 @@ def run_bench(args) -> int:
     if isinstance(draft, LookupThenModel) and not args.title:
       title += " behind prompt lookup"
   if any(rule.startswith("tree") for rule in settings.rules):
-    from specsample.decoding.tree_loop import supports_trees
+    from specsample.decoding.drafters.tree import supports_trees
 
     for role, model in (("target", target), ("draft", draft)):
       if not supports_trees(model):

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from specsample.api import speculative_generate
 from specsample.bench import time_calls
 from specsample.core import SamplingConfig
-from specsample.decoding import AdaptiveDraft, GenerationOutput, generate, speculative_generate
+from specsample.decoding import AdaptiveDraft, GenerationOutput, generate
 
 
 @dataclasses.dataclass(frozen=True)

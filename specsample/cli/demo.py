@@ -9,9 +9,10 @@ import time
 import jax
 import numpy as np
 
+from specsample.api import speculative_generate
 from specsample.bench import sequence_fit
 from specsample.core import SamplingConfig, expected_tokens_per_iteration
-from specsample.decoding import generate, speculative_generate
+from specsample.decoding import generate
 from specsample.models import MarkovLM
 
 

@@ -43,8 +43,8 @@ def report(texts, comparison: Comparison, tokenizer, args) -> None:
 def write_trace(target, draft, prompts, settings: DecodeSettings, tokenizer, path, title) -> None:
   from rich.console import Console
 
+  from specsample.api import speculative_generate
   from specsample.cli.trace import render_html, render_rich, trace_lines
-  from specsample.decoding import speculative_generate
 
   out = speculative_generate(
     target,

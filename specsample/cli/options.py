@@ -12,9 +12,9 @@ import sys
 from specsample.cli.compare import DecodeSettings
 from specsample.core import SamplingConfig
 from specsample.decoding.adaptive import AdaptiveDraft
+from specsample.decoding.drafters.tree import MAX_CHAINS
 from specsample.decoding.inputs import SEED_RANGE
-from specsample.decoding.speculative import MAX_GAMMA
-from specsample.decoding.tree_loop import MAX_CHAINS
+from specsample.decoding.settings import MAX_GAMMA
 
 
 class UsageError(ValueError):

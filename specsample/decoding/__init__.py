@@ -2,6 +2,7 @@
 
 from specsample.decoding.adaptive import AdaptiveDraft
 from specsample.decoding.autoregressive import generate
+from specsample.decoding.drafters import DraftTree
 from specsample.decoding.outputs import (
   DecodingStats,
   GenerationOutput,
@@ -9,8 +10,8 @@ from specsample.decoding.outputs import (
   SpeculativeTrace,
 )
 from specsample.decoding.programs import clear_compiled_programs
-from specsample.decoding.speculative import speculative_generate
-from specsample.decoding.tree_loop import DraftTree
+from specsample.decoding.settings import MAX_GAMMA, SpeculativeSettings
+from specsample.decoding.speculative import speculative_decode, speculative_program
 
 __all__ = [
   "AdaptiveDraft",
@@ -19,7 +20,10 @@ __all__ = [
   "GenerationOutput",
   "NonFiniteLogitsError",
   "SpeculativeTrace",
+  "MAX_GAMMA",
+  "SpeculativeSettings",
   "clear_compiled_programs",
   "generate",
-  "speculative_generate",
+  "speculative_decode",
+  "speculative_program",
 ]

@@ -19,7 +19,7 @@ def clear_compiled_programs(*, speculative_only: bool = False) -> None:
   """Drops the cached compiled programs of the speculative loop and, unless
   `speculative_only`, of plain decoding too. Later calls compile again.
   (`specsample.bench.costs.clear_step_programs` drops the step-timing programs.)"""
-  programs = [speculative._speculative_compiled]
+  programs = [speculative.speculative_program]
   if not speculative_only:
     programs.append(autoregressive._generate_compiled)
   for program in programs:

@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
+from specsample.api import speculative_generate
 from specsample.core import SamplingConfig
-from specsample.decoding import generate, speculative_generate
+from specsample.decoding import generate
 from specsample.eval.configs import Pipeline
 from specsample.eval.errors import ConfigError, examples_path, require_modules
 from specsample.eval.store import ResultStore

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 
+from specsample.api import speculative_generate
 from specsample.bench import cost_ratio, verify_cost_ratios
 from specsample.core import SamplingConfig, best_gamma
-from specsample.decoding import generate, speculative_generate
+from specsample.decoding import generate
 
 
 def translate_all(

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from specsample.core.sampling import SamplingConfig
-from specsample.decoding.speculative import SpeculativeSettings, _speculative_compiled
+from specsample.decoding import SpeculativeSettings, speculative_program
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.t5 import T5
 from specsample.models.t5.config import T5Config
@@ -86,7 +86,7 @@ def compile_from_shapes(
     rule="greedy" if sampling.is_greedy else rule,
   )
   start = time.perf_counter()
-  lowered = _speculative_compiled.lower(target, draft, prompts, lengths, key, settings)
+  lowered = speculative_program.lower(target, draft, prompts, lengths, key, settings)
   lowered_at = time.perf_counter()
   compiled = lowered.compile()
   compiled_at = time.perf_counter()

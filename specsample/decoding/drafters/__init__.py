@@ -1,0 +1,39 @@
+"""Drafters: one object per draft shape, which the speculative iteration calls for its
+steps 1, 2, 3 and 5 (drafters.base says what a drafter is)."""
+
+from __future__ import annotations
+
+from specsample.core.contract import uses_target_features
+from specsample.decoding.drafters.adaptive import AdaptiveDrafter
+from specsample.decoding.drafters.base import Drafter, Proposal, Scored, Verdict
+from specsample.decoding.drafters.chain import ChainDrafter
+from specsample.decoding.drafters.features import FeatureDrafter
+from specsample.decoding.drafters.tree import DraftTree, TreeDrafter
+
+
+def make_drafter(draft, settings) -> Drafter:
+  """The drafter of `settings.shape` (decoding.settings.SpeculativeSettings) for this
+  draft model: a chain (a feature draft's, when the draft reads the target's features),
+  adaptive length, or a tree. A new draft shape adds its case here; the loop is the same."""
+  common = dict(draft=draft, gamma=settings.gamma, sampling=settings.sampling, rule=settings.rule)
+  if settings.adaptive is not None:
+    return AdaptiveDrafter(**common, adaptive=settings.adaptive)
+  if settings.tree is not None:
+    return TreeDrafter(**common, tree=settings.tree)
+  if uses_target_features(draft):
+    return FeatureDrafter(**common)
+  return ChainDrafter(**common)
+
+
+__all__ = [
+  "AdaptiveDrafter",
+  "ChainDrafter",
+  "DraftTree",
+  "Drafter",
+  "FeatureDrafter",
+  "Proposal",
+  "Scored",
+  "TreeDrafter",
+  "Verdict",
+  "make_drafter",
+]
