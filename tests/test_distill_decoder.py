@@ -35,7 +35,7 @@ def prompts():
 
 @pytest.fixture(scope="module")
 def responses(target, prompts):
-  return dd.generate_responses(target, prompts, max_new_tokens=12, k=4, chunk=4)
+  return dd.generate_responses(target, prompts, max_new_tokens=12, k=4)
 
 
 def test_responses_are_the_targets_greedy_outputs(target, prompts, responses):
@@ -44,6 +44,31 @@ def test_responses_are_the_targets_greedy_outputs(target, prompts, responses):
   for r in responses:
     assert r.top_ids.shape == (len(r.tokens), 4) and r.top_ids[:, 0].tolist() == r.tokens
     assert np.all(np.diff(r.top_logprobs, axis=1) <= 0) and np.all(r.top_logprobs <= 0)
+
+
+def test_responses_equal_a_reference_without_cache(target, prompts, responses):
+  """Greedy tokens from one full forward pass per step (no cache, no decoding loop), and
+  the top-k at every position of prompt + response from one forward of the whole sequence
+  (the version of `generate_responses` with its own decoding loop matched it too)."""
+  width = max(len(p) for p in prompts[:8]) + 12
+  forward = jax.jit(DecoderOnly.forward)
+
+  def logits(sequence):  # float32[width, vocab]; causal: the padding after is not seen
+    row = np.zeros((1, width), np.int32)
+    row[0, : len(sequence)] = sequence
+    return np.asarray(forward(target, jnp.asarray(row))[0])
+
+  for prompt, r in zip(prompts[:8], responses[:8]):
+    sequence = list(prompt)
+    while len(sequence) < len(prompt) + 12 and sequence[-1:] != [TARGET.eos_id]:
+      sequence.append(int(np.argmax(logits(sequence)[len(sequence) - 1])))
+    assert sequence == r.prompt + r.tokens
+    log_probs = np.asarray(jax.nn.log_softmax(logits(sequence)))[: len(sequence) - 1]
+    top_ids = np.argsort(-log_probs, axis=-1, kind="stable")[:, :4]
+    np.testing.assert_array_equal(np.concatenate([r.prompt_top_ids, r.top_ids]), top_ids)
+    expected = np.take_along_axis(log_probs, top_ids, axis=-1)
+    got = np.concatenate([r.prompt_top_logprobs, r.top_logprobs])
+    np.testing.assert_allclose(got, expected, atol=1e-4)
 
 
 def test_sampled_responses_follow_the_seed(target, prompts):

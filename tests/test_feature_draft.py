@@ -230,25 +230,23 @@ def test_saved_drafts_load_with_their_target(target, draft, tmp_path):
 
 
 def test_responses_keep_the_targets_features(target):
-  prompts = [[2, 3, 4, 5, 6], [7, 8]]
-  responses = generate_responses(target, prompts, max_new_tokens=6, chunk=3, features=True)
+  responses = generate_responses(target, RAGGED, max_new_tokens=8, features=True)
+  plain = generate(target, RAGGED, max_new_tokens=8, sampling=GREEDY).sequences()
+  assert [r.tokens for r in responses] == plain
+  assert len(responses[2].tokens) < 8 and responses[2].tokens[-1] == target.eos_id  # EOS kept
   for response in responses:
     sequence = jnp.asarray([response.prompt + response.tokens], jnp.int32)
-    _, features, _ = target.extend_with_features(
-      target.init_state(sequence, jnp.asarray([1]), sequence.shape[1])[0].replace(
-        end_index=jnp.zeros((1,), jnp.int32)
-      ),
-      sequence,
-      jnp.asarray([sequence.shape[1]]),
-    )
+    length = jnp.asarray([sequence.shape[1]], jnp.int32)
+    _, _, features = target.init_state_with_features(sequence, length, 0)  # a prefill
     assert response.features.shape == (sequence.shape[1] - 1, 32)
+    assert response.features.dtype == np.float16
     np.testing.assert_allclose(response.features, features[0, :-1], rtol=2e-3, atol=2e-3)
 
 
 def test_training_brings_the_draft_closer_to_the_target(target, draft, tmp_path):
   rng = np.random.default_rng(0)
   prompts = [rng.integers(2, 96, rng.integers(3, 9)).tolist() for _ in range(24)]
-  responses = generate_responses(target, prompts, max_new_tokens=16, chunk=8, features=True)
+  responses = generate_responses(target, prompts, max_new_tokens=16, features=True)
   sequences = [
     df.FeatureSequence(
       tokens=np.asarray(r.prompt + r.tokens, np.int32),

@@ -30,7 +30,7 @@ from flax import struct
 
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig, DecoderOnlyNetwork
 from specsample.models.decoder_only.network import attention_mask, empty_caches
-from specsample.train import seq2seq
+from specsample.train.optim import make_optimizer
 from specsample.train.target_responses import Response, generate_responses
 
 __all__ = [
@@ -251,10 +251,7 @@ class DistillSettings:
   max_seconds: float | None = None  # stop early when the wall-clock budget is spent
   log_every: int = 50
   seed: int = 0
-
-
-def make_optimizer(settings: DistillSettings) -> optax.GradientTransformation:
-  return seq2seq.make_optimizer(settings, final_fraction=0.05)
+  final_fraction: float = 0.05  # the learning rate's cosine decays to this share of it
 
 
 def split_embedding(params) -> tuple[dict, jax.Array]:

@@ -3,7 +3,7 @@ target's features.
 
 Data: the target's responses to chat prompts with its features at every position of
 prompt + response (`target_responses.generate_responses(features=True)`, written as shards
-by scripts/train_smollm2_feature_draft.py), read back as `FeatureSequence`s.
+by specsample.train.smollm2_feature_draft), read back as `FeatureSequence`s.
 
 Objective, per position j (the draft reads tokens <= j and the target's features < j):
   smooth-L1(predicted feature j, target feature j), averaged over the feature width
@@ -32,6 +32,7 @@ from flax import struct
 
 from specsample.models.decoder_only.network import empty_caches
 from specsample.models.feature_draft import FeatureDraft, FeatureDraftNetwork, previous_features
+from specsample.train.optim import make_optimizer
 
 FROZEN = ("embed", "output_embedding", "output_ids")  # parameters training leaves alone
 
@@ -189,16 +190,7 @@ class FeatureDistillSettings:
   max_seconds: float | None = None  # stop early when the wall-clock budget is spent
   log_every: int = 25
   seed: int = 0
-
-
-def make_optimizer(settings: FeatureDistillSettings) -> optax.GradientTransformation:
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, settings.learning_rate, settings.warmup_steps, max(settings.steps, 2),
-    end_value=0.05 * settings.learning_rate,
-  )  # fmt: skip
-  return optax.chain(
-    optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=settings.weight_decay)
-  )
+  final_fraction: float = 0.05  # the learning rate's cosine decays to this share of it
 
 
 def split_frozen(params) -> tuple[dict, dict]:

@@ -22,6 +22,7 @@ import optax
 
 from specsample.models.t5 import T5, T5Config
 from specsample.models.t5.network import T5Network
+from specsample.train.optim import make_optimizer
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], length: int) -> np.ndarray:
@@ -74,21 +75,7 @@ class TrainSettings:
   max_seconds: float | None = None  # stop early when the wall-clock budget is spent
   log_every: int = 100
   seed: int = 0
-
-
-def make_optimizer(settings, final_fraction: float = 0.0) -> optax.GradientTransformation:
-  """AdamW with global-norm clipping, linear warmup and cosine decay to `final_fraction` of
-  the learning rate; `settings` has steps, learning_rate, warmup_steps, weight_decay."""
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0,
-    settings.learning_rate,
-    settings.warmup_steps,
-    max(settings.steps, settings.warmup_steps + 1),
-    end_value=final_fraction * settings.learning_rate,
-  )
-  return optax.chain(
-    optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=settings.weight_decay)
-  )
+  final_fraction: float = 0.0  # the learning rate's cosine decays to this share of it
 
 
 def trim(batch: np.ndarray, multiple: int = 8) -> np.ndarray:

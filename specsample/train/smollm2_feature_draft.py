@@ -1,0 +1,276 @@
+"""The bundled feature-level draft of SmolLM2-135M-Instruct (EAGLE-style), trained on this
+machine (its command line is scripts/train_smollm2_feature_draft.py).
+
+The draft reads the target's features (its final-normed hidden states, the output layer's
+input) of the committed text and predicts the next feature with one decoder layer; the
+target's own output rows (for the draft's reduced vocabulary) turn it into logits
+(specsample.models.feature_draft, Li et al. 2024, "EAGLE").
+
+Stages (`FeatureDraftOptions.stages`; each resumes from what `work` already holds):
+  1. prompts   the train prompts of the token-level draft (specsample.data.chat_prompts,
+               the train split; the bench prompts come from held-out sources)
+               -> work/train_prompts.jsonl
+  2. generate  the target's responses (greedy; temperature 1 for every 4th prompt) with its
+               features at every position of prompt + response, one shard per batch
+               -> work/shards/*.npz
+  3. vocab     the K most frequent target tokens (+ special tokens) -> work/vocab.json
+  4. train     the draft (feature regression + distillation of the target's next-token
+               distribution) -> work/checkpoint.npz, work/train_log.json
+  5. export    float16 draft (no embedding: it shares the target's) -> bundle/feature_draft
+  6. card      metrics.json and MODEL_CARD.md (specsample.train.smollm2_feature_card)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import time
+
+import jax
+import numpy as np
+
+from specsample.data import chat_prompts
+from specsample.models import FeatureDraft
+from specsample.train import distill_features as df
+from specsample.train.optim import make_optimizer
+from specsample.train.resume import load_training_state, save_training_state
+from specsample.train.smollm2_data import (
+  BUNDLE,
+  agreement_by_task,
+  always_kept,
+  generate_batches,
+  generation_batches,
+  load_target,
+  log,
+  progress_bar,
+  read_json,
+  split_validation,
+  vocab_coverage,
+  write_train_prompts,
+)
+from specsample.train.target_responses import Response
+
+STAGES = ("prompts", "generate", "vocab", "train", "export", "card")
+BENCH_REPORTS = (
+  "docs/bench/smollm2_feature/report.json",
+  "docs/bench/smollm2_feature_alone/report.json",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureDraftOptions:
+  """The pipeline's settings: the flags of scripts/train_smollm2_feature_draft.py."""
+
+  work: str = "out/smollm2_feature_draft"  # the stages' files
+  bundle: str = BUNDLE  # where the draft and its card go
+  stages: str = ",".join(STAGES)  # comma-separated
+  seed: int = 0
+  train_prompts: int = 4000
+  generate_batch: int = 32
+  generate_minutes: float = 60.0
+  max_new_tokens: int = 128
+  output_vocab: int = 8192
+  layers: int = 1  # decoder layers of the draft
+  train_steps: int = 600
+  train_minutes: float = 40.0
+  tokens_per_batch: int = 4096
+  learning_rate: float = 1e-3
+  cls_weight: float = 0.5
+  noise: float = 0.1
+  prompt_weight: float = 0.5
+  steps_ahead: int = 1  # drafting steps simulated per position (1: target features only)
+  init_from: str | None = None  # a feature draft directory to start from
+  previous_log: str | None = None  # train_log.json of the run init_from continues
+  # the card's alpha by task runs the draft alone on these prompts
+  bench_prompts: str = os.path.join(BUNDLE, "prompts.jsonl")
+  # report.json of the draft behind prompt lookup, then of the draft alone
+  bench_reports: str = ",".join(BENCH_REPORTS)
+
+
+# ---------------------------------------------------------------- 2. generate
+
+
+def write_shard(path: str, rows, responses: list[Response], prompts, temperature: float) -> int:
+  """One batch's sequences (prompt + response) and features, written atomically.
+  -> its response tokens."""
+  sequences = [r.prompt + r.tokens for r in responses]
+  np.savez(
+    path + ".tmp.npz",
+    tokens=np.concatenate([np.asarray(s, np.int32) for s in sequences]),
+    lengths=np.asarray([len(s) for s in sequences], np.int32),
+    prompt_lengths=np.asarray([len(r.prompt) for r in responses], np.int32),
+    features=np.concatenate([r.features for r in responses]),  # float16[sum(N - 1), d]
+    index=np.asarray([i for i, _ in rows], np.int32),
+    task=np.asarray([prompts[i].task for i, _ in rows]),
+    temperature=np.float32(temperature),
+  )
+  os.replace(path + ".tmp.npz", path)
+  return sum(len(r.tokens) for r in responses)
+
+
+def stage_generate(options: FeatureDraftOptions, target, tokenizer) -> None:
+  prompts = chat_prompts.read_jsonl(os.path.join(options.work, "train_prompts.jsonl"))
+  directory = os.path.join(options.work, "shards")
+  os.makedirs(directory, exist_ok=True)
+  done = {os.path.basename(p)[: -len(".npz")] for p in glob.glob(os.path.join(directory, "*.npz"))}
+  batches = generation_batches(
+    prompts,
+    tokenizer,
+    options.generate_batch,
+    options.seed,
+    batch_id=lambda temperature, start: f"t{temperature:g}-{start:05d}",
+  )
+  todo = [b for b in batches if b[0] not in done]  # fmt: skip
+  log(f"generate: {len(done)} batches done, {len(todo)} to go, "
+      f"{options.generate_minutes} min budget")  # fmt: skip
+
+  def write(batch_id, temperature, rows, responses):
+    path = os.path.join(directory, batch_id + ".npz")
+    return write_shard(path, rows, responses, prompts, temperature)
+
+  _, minutes = generate_batches(
+    target, todo, max_new_tokens=options.max_new_tokens, minutes=options.generate_minutes,
+    seed=options.seed + len(done), write=write, features=True,
+  )  # fmt: skip
+  stats_path = os.path.join(options.work, "generation.json")
+  stats = read_json(stats_path)
+  stats["generation_minutes"] = round(stats.get("generation_minutes", 0.0) + minutes, 1)
+  with open(stats_path, "w") as f:
+    json.dump(stats, f)
+
+
+# ---------------------------------------------------------------- 3. vocab
+
+
+def load_sequences(work: str) -> tuple[list[df.FeatureSequence], list[df.FeatureSequence]]:
+  """(train, validation) FeatureSequences of work/shards."""
+  return split_validation(df.read_shards(os.path.join(work, "shards")), lambda s: s.index)
+
+
+def stage_vocab(options: FeatureDraftOptions, tokenizer) -> None:
+  """The output vocabulary: the most frequent response tokens (the target's own outputs),
+  and the share of validation response tokens each size covers."""
+  path = os.path.join(options.work, "vocab.json")
+  if os.path.exists(path):
+    return
+  train, validation = load_sequences(options.work)
+  responses = [s.tokens[s.prompt_length :] for s in train]
+  held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
+  ids, coverage, _ = vocab_coverage(responses, held, options.output_vocab, always_kept(tokenizer))
+  with open(path, "w") as f:
+    json.dump({"size": options.output_vocab, "coverage": coverage, "ids": ids.tolist()}, f)
+  log(f"vocab: {options.output_vocab} tokens; validation response-token coverage by size "
+      f"{coverage}")  # fmt: skip
+
+
+# ---------------------------------------------------------------- 4. train
+
+
+def save_checkpoint(path: str, draft: FeatureDraft, opt_state, step: int) -> None:
+  save_training_state(path, df.split_frozen(draft.params)[0], opt_state, step)
+
+
+def load_checkpoint(path: str, draft: FeatureDraft, settings: df.FeatureDistillSettings):
+  """(draft, opt_state, step) from `path`, shaped like `draft` and its optimizer state."""
+  trainable, frozen = df.split_frozen(draft.params)
+  opt_state = make_optimizer(settings).init(trainable)
+  trainable, opt_state, step = load_training_state(path, trainable, opt_state)
+  return FeatureDraft(params={**trainable, **frozen}, config=draft.config), opt_state, step
+
+
+def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
+  with open(os.path.join(options.work, "vocab.json")) as f:
+    ids = np.asarray(json.load(f)["ids"], np.int32)
+  draft = df.draft_for_target(target, ids, num_layers=options.layers, seed=options.seed)
+  if options.init_from:  # continue from a trained draft (e.g. with more drafting steps)
+    from specsample.checkpoints.feature_draft import load_feature_draft
+
+    draft = load_feature_draft(options.init_from, target)
+    log(f"train: starting from {options.init_from}")
+  path = os.path.join(options.work, "checkpoint.npz")
+  train, validation = load_sequences(options.work)
+  positions = sum(len(s.features) for s in train)
+  responses = sum(len(s.tokens) - s.prompt_length for s in train)
+  log(f"train: {len(train)} sequences ({positions} positions, {responses} response tokens), "
+      f"{df.trainable_parameter_count(draft) / 1e6:.2f}M trainable parameters")  # fmt: skip
+  settings = df.FeatureDistillSettings(
+    steps=options.train_steps, tokens_per_batch=options.tokens_per_batch,
+    learning_rate=options.learning_rate, warmup_steps=min(100, options.train_steps // 10),
+    cls_weight=options.cls_weight, noise=options.noise, prompt_weight=options.prompt_weight,
+    steps_ahead=options.steps_ahead, max_seconds=60 * options.train_minutes, seed=options.seed,
+  )  # fmt: skip
+  opt_state, start = None, 0
+  held = validation[:40]
+  if os.path.exists(path):
+    draft, opt_state, start = load_checkpoint(path, draft, settings)
+    log(f"train: resuming at step {start}")
+  finished = os.path.exists(os.path.join(options.work, "train_log.json"))
+  previous = read_json(options.previous_log) if options.previous_log else {}
+  if start < settings.steps and not finished:
+    stream = df.batches(train, settings.tokens_per_batch, options.seed + start,
+                        prompt_weight=settings.prompt_weight)  # fmt: skip
+    begin = time.time()
+    with progress_bar() as bar:
+      task = bar.add_task("training", total=settings.steps, completed=start)
+
+      def progress(step, value):
+        bar.update(task, completed=step, description=f"training (loss {value:.3f})")
+
+      def checkpoint(model, opt_state, step):
+        save_checkpoint(path, model, opt_state, step)
+        if step % 100 == 0:
+          log(f"train: step {step} validation {df.agreement(model, held, steps=3)}")
+
+      draft, _, history = df.train(
+        draft, lambda: next(stream), settings, opt_state=opt_state, start_step=start,
+        progress=progress, checkpoint=checkpoint,
+      )  # fmt: skip
+    minutes = (time.time() - begin) / 60 + previous.get("minutes", 0.0)
+    with open(os.path.join(options.work, "train_log.json"), "w") as f:
+      json.dump({"history": history, "minutes": minutes, "sequences": len(train),
+                 "positions": positions, "response_tokens": responses,
+                 "settings": dataclasses.asdict(options)}, f)  # fmt: skip
+  scores = agreement_by_task(lambda items: df.agreement(draft, items, steps=3), validation,
+                             task=lambda s: s.task)  # fmt: skip
+  log(f"train: validation agreement {json.dumps(scores)}")
+  with open(os.path.join(options.work, "validation.json"), "w") as f:
+    json.dump(scores, f, indent=1)
+  jax.clear_caches()
+  return draft
+
+
+# ---------------------------------------------------------------- 5. export; the stages
+
+
+def stage_export(options: FeatureDraftOptions, draft: FeatureDraft) -> None:
+  from specsample.checkpoints.feature_draft import save_feature_draft
+
+  directory = os.path.join(options.bundle, "feature_draft")
+  save_feature_draft(draft, directory, dtype="float16")
+  size = os.path.getsize(os.path.join(directory, "model.safetensors")) / 2**20
+  log(f"export: {directory} ({size:.1f} MB)")
+
+
+def run(options: FeatureDraftOptions) -> None:
+  """Runs `options.stages` in order (smollm2_data.StageError: a stage cannot run)."""
+  from specsample.checkpoints.feature_draft import load_feature_draft
+  from specsample.train.smollm2_feature_card import write_card, write_metrics
+
+  os.makedirs(options.work, exist_ok=True)
+  stages = options.stages.split(",")
+  target, tokenizer = load_target()
+  if "prompts" in stages:
+    path = os.path.join(options.work, "train_prompts.jsonl")
+    write_train_prompts(path, tokenizer, options.train_prompts, options.seed)
+  if "generate" in stages:
+    stage_generate(options, target, tokenizer)
+  if "vocab" in stages:
+    stage_vocab(options, tokenizer)
+  draft = stage_train(options, target) if "train" in stages else None
+  if "export" in stages:
+    stage_export(options, draft)
+  if "card" in stages:
+    shipped = load_feature_draft(os.path.join(options.bundle, "feature_draft"), target)
+    write_card(options, write_metrics(options, shipped, target, tokenizer))

@@ -1,0 +1,214 @@
+"""The SmolLM2 draft pipelines (specsample.train.smollm2_*) end to end on a tiny random
+target with a stand-in tokenizer, and the pieces they share: the optimizer, resumable
+training state, batches, the validation split and the model cards."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from specsample.data.chat_prompts import ChatPrompt, write_jsonl
+from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+from specsample.train import distill_decoder as dd
+from specsample.train import smollm2_data as sd
+from specsample.train import smollm2_feature_card as feature_card
+from specsample.train import smollm2_feature_draft as fd
+from specsample.train import smollm2_token_draft as td
+from specsample.train.optim import make_optimizer
+from specsample.train.resume import load_training_state, save_training_state
+
+TARGET = DecoderOnlyConfig(
+  vocab_size=96, d_model=32, num_heads=4, num_kv_heads=2, head_dim=8, mlp_dim=64,
+  num_layers=2, tie_word_embeddings=True, eos_id=1, pad_id=0, rope_theta=1e4,
+)  # fmt: skip
+TASKS = ("chat", "rewrite", "summarize")
+
+
+class Tokenizer:
+  """A stand-in chat tokenizer: <start> + one id per character + <end>."""
+
+  eos_id = 1
+
+  def apply_chat_template(self, messages):
+    return [17] + [20 + ord(c) % 70 for c in messages[0]["content"]] + [18]
+
+
+@pytest.fixture(scope="module")
+def target():
+  return DecoderOnly.init_random(TARGET, seed=2)
+
+
+def write_prompts(work, count: int = 24) -> list[ChatPrompt]:
+  rng = np.random.default_rng(0)
+  words = ["alpha", "beta", "gamma", "delta", "list", "file", "open", "read"]
+  prompts = [
+    ChatPrompt(TASKS[i % 3], " ".join(rng.choice(words, rng.integers(1, 6))), f"chat:{i}")
+    for i in range(count)
+  ]
+  os.makedirs(work, exist_ok=True)
+  write_jsonl(prompts, os.path.join(work, "train_prompts.jsonl"))
+  return prompts
+
+
+def write_bench_reports(directory) -> str:
+  """Two bench reports with what the cards read (one sweep point per temperature)."""
+  paths = []
+  for name in ("with_lookup", "alone"):
+    sweep = [
+      {
+        "temperature": t,
+        "rule": "token",
+        "gamma": 3,
+        "alpha": 0.5,
+        "speedup": 1.25,
+        "tokens_per_target_call": 2.0,
+        "efficiency": 0.6,
+      }
+      for t in (0.0, 1.0)
+    ]
+    report = {
+      "sweep": sweep, "batch": [{"batch_size": 1, "temperature": 0.0, "speedup": 1.25}],
+      "settings": {"temperatures": [0.0, 1.0], "max_new_tokens": 6}, "num_prompts": 3,
+      "costs": {"c": 0.1, "r": {"4": 1.1}, "target_seconds": {"1": 0.02}, "draft_seconds": 0.002},
+    }  # fmt: skip
+    paths.append(os.path.join(directory, f"{name}.json"))
+    with open(paths[-1], "w") as f:
+      json.dump(report, f)
+  return ",".join(paths)
+
+
+# ---------------------------------------------------------------- shared pieces
+
+
+def test_one_optimizer_warms_up_then_decays_to_its_final_fraction():
+  settings = dd.DistillSettings(steps=10, warmup_steps=2, learning_rate=1.0, weight_decay=0.0)
+  optimizer = make_optimizer(settings)
+  params = {"w": jnp.zeros(())}
+  state = optimizer.init(params)
+  rates = []
+  for _ in range(11):  # with a constant gradient each Adam update is -learning rate
+    updates, state = optimizer.update({"w": jnp.asarray(0.5)}, state, params)
+    rates.append(-float(updates["w"]))
+  np.testing.assert_allclose(rates[:3], [0.0, 0.5, 1.0], atol=1e-4)
+  np.testing.assert_allclose(rates[10], settings.final_fraction, atol=1e-4)
+  assert all(a >= b for a, b in zip(rates[2:], rates[3:]))
+
+
+def test_training_state_round_trips(tmp_path):
+  trainable = {"a": jnp.arange(3.0), "b": {"c": jnp.ones((2, 2))}}
+  opt_state = optax.adamw(1e-3).init(trainable)
+  path = str(tmp_path / "checkpoint.npz")
+  save_training_state(path, trainable, opt_state, 7)
+  templates = jax.tree_util.tree_map(jnp.zeros_like, (trainable, opt_state))
+  loaded, loaded_state, step = load_training_state(path, *templates)
+  assert step == 7
+  leaves = jax.tree_util.tree_leaves
+  for a, b in zip(leaves((loaded, loaded_state)), leaves((trainable, opt_state)), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_generation_batches_sample_every_fourth_prompt_and_keep_their_ids():
+  prompts = [ChatPrompt("chat", "x" * n, "") for n in range(1, 41)]
+  batches = sd.generation_batches(prompts, Tokenizer(), 8, 0, batch_id=lambda t, s: f"{t:g}/{s}")
+  assert sorted(i for _, _, rows in batches for i, _ in rows) == list(range(40))
+  for batch_id, temperature, rows in batches:
+    assert batch_id.startswith(f"{temperature:g}/") and len(rows) <= 8
+    assert all((i % 4 == 3) == (temperature == 1.0) for i, _ in rows)
+  again = sd.generation_batches(prompts, Tokenizer(), 8, 0, batch_id=lambda t, s: f"{t:g}/{s}")
+  assert batches == again
+
+
+def test_every_twentieth_prompt_validates():
+  train, validation = sd.split_validation(list(range(45)), lambda i: i)
+  assert validation == [0, 20, 40] and len(train) == 42
+
+
+def test_the_shipped_feature_card_is_its_metrics_written_out():
+  directory = os.path.join(sd.BUNDLE, "feature_draft")
+  with open(os.path.join(directory, "metrics.json")) as f:
+    metrics = json.load(f)
+  with open(os.path.join(directory, "MODEL_CARD.md")) as f:
+    assert feature_card.card_text(metrics) == f.read()
+
+
+# ---------------------------------------------------------------- the pipelines
+
+
+@pytest.mark.slow
+def test_the_token_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypatch):
+  work, bundle = str(tmp_path / "work"), str(tmp_path / "bundle")
+  prompts = write_prompts(work)
+  monkeypatch.setattr(td, "load_target", lambda: (target, Tokenizer()))
+  options = td.TokenDraftOptions(
+    work=work, bundle=bundle, stages="prompts,generate,vocab,train,export,card",
+    generate_batch=8, max_new_tokens=8, output_vocab=48, layers="1", train_steps=3,
+    batch_size=4, bench_reports=write_bench_reports(tmp_path),
+  )  # fmt: skip
+  os.makedirs(bundle)
+  open(os.path.join(bundle, "prompts.jsonl"), "w").close()  # no bench prompts to build
+  td.run(options)
+  records = td.read_responses(os.path.join(work, "responses.jsonl"))
+  assert sorted(r["index"] for r in records) == list(range(len(prompts)))
+  assert {r["temperature"] for r in records if r["index"] % 4 == 3} == {1.0}
+  train, validation = td.load_responses(work)
+  assert len(validation) == 2 and len(train) == 22
+  with open(os.path.join(work, "vocab.json")) as f:
+    vocab = json.load(f)
+  assert len(vocab["ids"]) == 48 and set(sd.always_kept(Tokenizer())) <= set(vocab["ids"])
+  with open(os.path.join(work, "train_log.json")) as f:
+    log = json.load(f)
+  assert log["history"][-1][0] == 3 and log["settings"] == dataclasses.asdict(options)
+  assert os.path.exists(os.path.join(bundle, "draft", "model.safetensors"))
+  with open(os.path.join(bundle, "metrics.json")) as f:
+    metrics = json.load(f)
+  assert metrics["draft"]["output_vocab_size"] == 48 and metrics["training"]["steps"] == 3
+  with open(os.path.join(bundle, "MODEL_CARD.md")) as f:
+    assert "| alone | 1.25x (gamma 3, alpha 0.50, 2.00 tokens/call) |" in f.read()
+  # Resuming: nothing left to generate, and the checkpoint comes back at its step.
+  td.stage_generate(options, target, Tokenizer())
+  assert len(td.read_responses(os.path.join(work, "responses.jsonl"))) == len(records)
+  draft = td.make_draft(options, target)
+  settings = dd.DistillSettings(steps=3, warmup_steps=0)
+  _, _, step = td.load_checkpoint(os.path.join(work, "checkpoint.npz"), draft, settings)
+  assert step == 3
+
+
+@pytest.mark.slow
+def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypatch):
+  work, bundle = str(tmp_path / "work"), str(tmp_path / "bundle")
+  prompts = write_prompts(work)
+  monkeypatch.setattr(fd, "load_target", lambda: (target, Tokenizer()))
+  bench_prompts = str(tmp_path / "bench_prompts.jsonl")
+  write_jsonl(
+    [ChatPrompt("chat", "open file", ""), ChatPrompt("rewrite", "beta", "")], bench_prompts
+  )
+  options = fd.FeatureDraftOptions(
+    work=work, bundle=bundle, stages="prompts,generate,vocab,train,export,card",
+    generate_batch=8, max_new_tokens=8, output_vocab=48, train_steps=2, tokens_per_batch=256,
+    bench_prompts=bench_prompts, bench_reports=write_bench_reports(tmp_path),
+  )  # fmt: skip
+  fd.run(options)
+  train, validation = fd.load_sequences(work)
+  assert sorted(s.index for s in train + validation) == list(range(len(prompts)))
+  for s in train + validation:
+    assert s.features.shape == (len(s.tokens) - 1, TARGET.d_model)
+    assert s.tokens.tolist()[: s.prompt_length] == Tokenizer().apply_chat_template(
+      [{"role": "user", "content": prompts[s.index].prompt}]
+    )
+  with open(os.path.join(work, "validation.json")) as f:
+    scores = json.load(f)
+  assert set(scores) == {"all", "chat", "summarize"} and len(scores["all"]["by_step"]) == 3
+  with open(os.path.join(bundle, "feature_draft", "metrics.json")) as f:
+    metrics = json.load(f)
+  by_task = metrics["alpha_by_task"]
+  assert by_task["gamma"] == 3 and by_task["t0"]["all"]["prompts"] == 2
+  assert set(by_task["t1"]) == {"all", "chat", "rewrite"}
+  with open(os.path.join(bundle, "feature_draft", "MODEL_CARD.md")) as f:
+    assert "| alone | 1.25x (gamma 3, alpha 0.50, 2.00 tokens/call) |" in f.read()
