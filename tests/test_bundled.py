@@ -9,9 +9,10 @@ import pytest
 
 from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, available, load_pair
 from specsample.cli import main
-from specsample.cli.compare import DecodeSettings, compare
+from specsample.cli.compare import compare
 from specsample.core import SamplingConfig
 from specsample.data.gettext_pairs import read_tsv
+from specsample.decoding import SpeculativeSettings
 
 SAMPLE = pathlib.Path(__file__).parent / "data" / "ende_test_sample.tsv"
 
@@ -42,7 +43,11 @@ def test_greedy_speculative_translation_equals_target_greedy_for_every_sample(pa
   prompts = [vocab.encode(TASK_PREFIX + sentence) for sentence in sentences]
   for gamma in (3, 5):
     comparison = compare(
-      target, draft, prompts, DecodeSettings(gamma=gamma, sampling=SamplingConfig(0.0)), repeats=1
+      target,
+      draft,
+      prompts,
+      SpeculativeSettings(gamma=gamma, max_new_tokens=64, sampling=SamplingConfig(0.0)),
+      repeats=1,
     )
     assert comparison.identical
   assert comparison.speculative.stats.alpha > 0.3

@@ -100,7 +100,7 @@ CASES = [
   ),
   (
     lambda r, t: ["generate", *pair_args(r), "hi", "--tree", "2", "--verification", "block"],
-    "--tree is verified by recursive rejection sampling",
+    "verified by recursive rejection sampling",
   ),  # fmt: skip
   (
     lambda r, t: ["generate", *pair_args(r), "--draft", "ngram", "--tree", "2", "hi"],

@@ -434,21 +434,20 @@ def test_stored_weight_format_of_each_type(tmp_path, type_name, expected):
 
 @needs_smollm2
 def test_stored_weight_format_of_smollm2_and_its_resolution():
-  """SmolLM2's Q4_1 + Q8_0 file -> gguf; the CLI's --weights auto takes it, except with
-  --dtype bfloat16 or --mesh (float32); an explicit --weights stays."""
-  import argparse
-
+  """SmolLM2's Q4_1 + Q8_0 file -> gguf; weights "auto" takes it, except with dtype
+  bfloat16 or sharded models (float32); an explicit choice stays."""
   from specsample.checkpoints.loader import stored_weight_format
-  from specsample.cli.options import resolve_weights
+  from specsample.pairs import resolve_weights
 
   assert stored_weight_format(SMOLLM2) == "gguf"
 
-  def resolved(**options):
-    args = argparse.Namespace(**({"weights": "auto", "dtype": "float32", "mesh": None} | options))
-    return resolve_weights(args, SMOLLM2), args.weights
+  def resolved(weights="auto", dtype="float32", sharded=False):
+    return resolve_weights(weights, SMOLLM2, dtype=dtype, sharded=sharded)
 
-  assert resolved() == ("gguf", "gguf")
-  assert resolved(dtype="bfloat16") == ("float32", "float32")
-  assert resolved(mesh="data=1") == ("float32", "float32")
-  assert resolved(weights="bfloat16") == ("bfloat16", "bfloat16")
-  assert resolve_weights(argparse.Namespace(weights="auto", dtype="float32"), None) == "float32"
+  assert resolved() == "gguf"
+  assert resolved(dtype="bfloat16") == "float32"
+  assert resolved(sharded=True) == "float32"
+  assert resolved(weights="bfloat16") == "bfloat16"
+  assert resolve_weights("auto", None, dtype="float32", sharded=False) == "float32"
+  with pytest.raises(ValueError, match="drop dtype"):
+    resolved(weights="gguf", dtype="bfloat16")

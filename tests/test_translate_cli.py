@@ -18,9 +18,10 @@ from t5_helpers import tiny_config
 import specsample.bundled as bundled
 from specsample.checkpoints import save_hf_t5
 from specsample.cli import main
-from specsample.cli.compare import DecodeSettings, compare
+from specsample.cli.compare import compare
 from specsample.core import SamplingConfig
 from specsample.data.gettext_pairs import read_tsv
+from specsample.decoding import SpeculativeSettings
 from specsample.models.t5 import T5
 
 SAMPLE = pathlib.Path(__file__).parent / "data" / "ende_test_sample.tsv"
@@ -59,7 +60,7 @@ def test_greedy_speculative_translation_equals_target_greedy_for_every_sample(bu
   assert len(sentences) == 48
   prompts = [vocab.encode(bundled.TASK_PREFIX + sentence) for sentence in sentences]
   for gamma in (3, 5):
-    settings = DecodeSettings(gamma=gamma, max_new_tokens=24, sampling=SamplingConfig(0.0))
+    settings = SpeculativeSettings(gamma=gamma, max_new_tokens=24, sampling=SamplingConfig(0.0))
     comparison = compare(target, draft, prompts, settings, repeats=1)
     assert comparison.identical
     assert comparison.speedup > 0 and comparison.speculative_compile_seconds >= 0

