@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from specsample.bench.timing import time_call
+from specsample.core.contract import weights_per_call
 from specsample.kernels import small_k
 
 
@@ -109,13 +110,9 @@ def measure_roofs(
 
 
 def has_weights_per_call(model) -> bool:
-  """Whether the model says which weights a call reads (a wrapper, such as a lookup in
-  front of a draft, does only when what it wraps does)."""
-  try:
-    model.weights_per_call()
-  except AttributeError:
-    return False
-  return True
+  """Whether the model says which weights a call reads (`core.contract.WeightTraffic`; a
+  wrapper, such as a lookup in front of a draft, does only when what it wraps does)."""
+  return weights_per_call(model) is not None
 
 
 def call_floor(count: int, nbytes: int, rows: int, roofs: Roofs) -> float:

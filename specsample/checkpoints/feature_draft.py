@@ -19,6 +19,7 @@ import numpy as np
 from specsample.checkpoints.decoder_only import OUTPUT_VOCAB_KEY, config_from_hf, hf_config_of
 from specsample.checkpoints.t5_params import CheckpointError, flatten
 from specsample.kernels import blocks, int8_blocks
+from specsample.models.decoder_only import DecoderOnly
 from specsample.models.feature_draft import FeatureDraft
 
 ARCHITECTURE_KEY = "specsample_architecture"
@@ -75,9 +76,9 @@ def load_feature_draft(directory: str | os.PathLike, target, *, dtype: str = "fl
     )
   with open(os.path.join(directory, "config.json")) as f:
     config = config_from_hf(json.load(f), source=directory, dtype=dtype)
-  target_config = getattr(target, "config", None)
-  if target_config is None or not hasattr(target, "init_state_with_features"):
+  if not isinstance(target, DecoderOnly):  # a FeatureTarget whose embedding the draft shares
     raise CheckpointError(f"{directory}: a feature draft needs a decoder-only target")
+  target_config = target.config
   if (target_config.vocab_size, target_config.d_model) != (config.vocab_size, config.d_model):
     raise CheckpointError(
       f"{directory}: the draft reads a target of vocabulary {config.vocab_size} and width "

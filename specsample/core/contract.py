@@ -17,6 +17,20 @@ The pending token. Logits at a position predict the token after it, so the decod
 always holds back the last committed token: `init_state` consumes everything but that
 token and returns it. For a decoder-only model this is the last prompt token; for an
 encoder-decoder model it is the decoder start token (the encoder consumes the prompt).
+
+Optional abilities. Besides `LanguageModel`, a model may offer more; each ability is a
+runtime-checkable Protocol below, and the loops ask `isinstance(model, Protocol)` (or the
+helper next to it) instead of probing attribute names:
+
+  Protocol           what it offers                                 helper
+  PromptPadding      an id that is never inside a prompt            prompt_pad_id(model)
+  TreeModel          extend_tree, keep_path (multi-draft decoding)  supports_trees(model)
+  FeatureTarget      its features, for a feature-level draft        has_features(model)
+  FeatureDraftModel  a draft that reads its target's features       uses_target_features(model)
+  WeightTraffic      the weights one call reads (bench.roofline)    weights_per_call(model)
+
+`isinstance` with a runtime-checkable Protocol checks that the members exist, not their
+signatures; the docstrings here are the contract.
 """
 
 from __future__ import annotations
@@ -24,6 +38,8 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 import jax
+
+from specsample.core.tree import TreeLayout
 
 
 @runtime_checkable
@@ -50,14 +66,6 @@ class LanguageModel(Protocol):
   def pad_id(self) -> int:
     """Token that fills output positions after a sequence ended."""
     ...
-
-  # Optional member: `prompt_pad_id: int | None`, an id that never occurs inside a
-  # prompt (T5: 0). Where a model has one, trailing runs of it in a [batch, length]
-  # prompt array are padding; without it, array rows are read whole unless the caller
-  # passes prompt_lengths (see decoding.inputs.prepare_prompts).
-  # Optional member: `weights_per_call() -> (count, bytes)`, the weights one `extend`
-  # call reads once whatever its number of tokens (count: multiply-adds per token row;
-  # bytes: as stored). Read by `bench.roofline` for traffic per token and rooflines.
 
   def init_state(
     self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
@@ -88,44 +96,140 @@ class LanguageModel(Protocol):
     """Sets each row's end index (int32[batch]); O(1)."""
     ...
 
-  # Optional members, for multi-draft (tree) decoding (`speculative_generate(tree=K)`):
-  #   extend_tree(state, tokens int32[batch, k], layout: core.tree.TreeLayout, start: int)
-  #       -> (logits [batch, k, vocab], state): tokens are slots start..start+k-1 of the
-  #       layout, written at end_index + slot, at positions end_index + depth, each seeing
-  #       the committed prefix and the slots that are itself or its ancestors (slots
-  #       < start were written by earlier calls on the same end index). The end index
-  #       does not move.
-  #   keep_path(state, slots int32[batch, L], num_kept int32[batch]) -> state: moves the
-  #       entries of tree slots[b, j] to end_index + j and advances the end index by
-  #       num_kept (the accepted path becomes committed text; O(L) per layer).
 
-  # Optional members, for feature-level drafts (`uses_target_features`, e.g.
-  # models.feature_draft.FeatureDraft, Li et al. 2024 "EAGLE"):
-  #   on the TARGET:
-  #     feature_size: int, the width d of its features (the output layer's input);
-  #     init_state_with_features(prompts, prompt_lengths, num_new_positions)
-  #         -> (state, pending_token, features [batch, prompt_length, d]): init_state, and
-  #         the features of the prompt positions (position j's predicts token j + 1);
-  #     extend_with_features(state, tokens, num_valid) -> (logits, features [batch, k, d],
-  #         state): extend, and the features of the k positions.
-  #   on the DRAFT: `uses_target_features = True`, `feature_size`, and
-  #     init_state(prompts, prompt_lengths, num_new_positions, features=...) and
-  #     extend(state, tokens, num_valid, features=...): features [batch, k, d] are the
-  #     target's features of the position BEFORE each token (init_state: the target's
-  #     prompt features as init_state_with_features returns them). extend without
-  #     features takes one token per row and pairs it with the draft's own last output
-  #     (a drafting step).
+@runtime_checkable
+class PromptPadding(Protocol):
+  """A model with an id that never occurs inside a prompt (T5: 0): trailing runs of it in a
+  [batch, length] prompt array are padding. Without it, array rows are read whole unless
+  the caller passes prompt_lengths (see decoding.inputs.prepare_prompts)."""
+
+  @property
+  def prompt_pad_id(self) -> int | None: ...
 
 
-def uses_target_features(model) -> bool:
-  """Whether `model` is a feature-level draft: it reads the target's features, which the
-  speculative loop then passes to it (see the optional members above)."""
-  return bool(getattr(model, "uses_target_features", False))
+@runtime_checkable
+class TreeModel(LanguageModel, Protocol):
+  """A model that scores a token tree in one call, for multi-draft (tree) decoding
+  (`speculative_generate(tree=K)`): T5, DecoderOnly, MarkovLM."""
+
+  def extend_tree(
+    self, state: Any, tokens: jax.Array, layout: TreeLayout, start: int
+  ) -> tuple[jax.Array, Any]:
+    """Scores tokens int32[batch, k] as slots start..start+k-1 of the tree `layout`
+    (core.tree.TreeLayout). Slot s is written at end_index + s, at position end_index +
+    depth(s), and sees the committed prefix and the slots that are itself or its ancestors
+    (slots < start were written by earlier calls on the same end index).
+
+    Returns (logits float[batch, k, vocab], state); the end index does not move.
+    """
+    ...
+
+  def keep_path(self, state: Any, slots: jax.Array, num_kept: jax.Array) -> Any:
+    """Moves the entries of tree slots int32[batch, L] to end_index + 0..L-1 and advances
+    the end index by num_kept int32[batch] (the accepted path becomes committed text;
+    O(L) per layer)."""
+    ...
 
 
-def has_features(model) -> bool:
-  """Whether `model` can give a feature draft its features (the target's members above)."""
-  return all(
-    hasattr(model, name)
-    for name in ("feature_size", "init_state_with_features", "extend_with_features")
-  )
+@runtime_checkable
+class FeatureTarget(LanguageModel, Protocol):
+  """A target that gives a feature-level draft its features (DecoderOnly, MarkovLM): the
+  width-d vectors its output layer reads (position j's predicts token j + 1)."""
+
+  @property
+  def feature_size(self) -> int:
+    """d, the width of its features."""
+    ...
+
+  def init_state_with_features(
+    self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
+  ) -> tuple[Any, jax.Array, jax.Array]:
+    """`init_state`, and the features of the prompt positions:
+    -> (state, pending_token int32[batch], features float[batch, prompt_length, d])."""
+    ...
+
+  def extend_with_features(
+    self, state: Any, tokens: jax.Array, num_valid: jax.Array
+  ) -> tuple[jax.Array, jax.Array, Any]:
+    """`extend`, and the features of the k positions:
+    -> (logits float[batch, k, vocab], features float[batch, k, d], state)."""
+    ...
+
+
+@runtime_checkable
+class FeatureDraftModel(LanguageModel, Protocol):
+  """A feature-level draft (Li et al. 2024, "EAGLE"; models.feature_draft.FeatureDraft):
+  it reads its target's features, which the speculative loop passes to it. Its
+  `init_state` and `extend` take them as a keyword argument."""
+
+  # True for a draft that reads features (a wrapper says whether what it wraps does).
+  uses_target_features: bool
+
+  @property
+  def feature_size(self) -> int:
+    """d: the width of the target features it reads (the target's `feature_size`)."""
+    ...
+
+  def init_state(
+    self,
+    prompts: jax.Array,
+    prompt_lengths: jax.Array,
+    num_new_positions: int,
+    features: jax.Array | None = None,
+  ) -> tuple[Any, jax.Array]:
+    """`LanguageModel.init_state`, with features float[batch, prompt_length, d]: the
+    target's prompt features as its `init_state_with_features` returns them (None:
+    zeros, for timing only)."""
+    ...
+
+  def extend(
+    self,
+    state: Any,
+    tokens: jax.Array,
+    num_valid: jax.Array,
+    features: jax.Array | None = None,
+  ) -> tuple[jax.Array, Any]:
+    """`LanguageModel.extend`, each token int32[batch, k] paired with features
+    float[batch, k, d]: the target's feature of the position BEFORE it. Without features,
+    k must be 1 and the token is paired with the draft's own last output (a drafting
+    step). -> (logits float[batch, k, vocab], state)."""
+    ...
+
+
+@runtime_checkable
+class WeightTraffic(Protocol):
+  """A model that says which weights one `extend` call reads, once whatever its number of
+  tokens (read by bench.roofline for traffic per token and rooflines)."""
+
+  def weights_per_call(self) -> tuple[int, int] | None:
+    """(count, bytes): count is multiply-adds per token row, bytes as stored. None where
+    it is not known (a wrapper around a model that does not say)."""
+    ...
+
+
+def prompt_pad_id(model: Any) -> int | None:
+  """The model's `prompt_pad_id` (`PromptPadding`), or None."""
+  return model.prompt_pad_id if isinstance(model, PromptPadding) else None
+
+
+def supports_trees(model: Any) -> bool:
+  """Whether `model` can take part in multi-draft (tree) decoding (`TreeModel`)."""
+  return isinstance(model, TreeModel)
+
+
+def has_features(model: Any) -> bool:
+  """Whether `model` can give a feature draft its features (`FeatureTarget`)."""
+  return isinstance(model, FeatureTarget)
+
+
+def uses_target_features(model: Any) -> bool:
+  """Whether `model` is a feature-level draft (`FeatureDraftModel` whose
+  `uses_target_features` is true): the speculative loop then passes it the target's
+  features."""
+  return isinstance(model, FeatureDraftModel) and bool(model.uses_target_features)
+
+
+def weights_per_call(model: Any) -> tuple[int, int] | None:
+  """(count, bytes) of the weights one call of `model` reads (`WeightTraffic`), or None
+  where the model does not say."""
+  return model.weights_per_call() if isinstance(model, WeightTraffic) else None

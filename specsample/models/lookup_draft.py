@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specsample.core import contract
 from specsample.models.ngram import NGramDraft, NGramState, one_hot_logits
 
 
@@ -65,7 +66,7 @@ class LookupThenModel:
   @property
   def uses_target_features(self) -> bool:
     """A feature draft behind the lookup reads the target's features (passed through)."""
-    return bool(getattr(self.model, "uses_target_features", False))
+    return contract.uses_target_features(self.model)
 
   @property
   def feature_size(self) -> int:
@@ -111,9 +112,10 @@ class LookupThenModel:
     logits = jnp.where(trusted, one_hot, logits.astype(jnp.float32))
     return logits, LookupThenModelState(model=model_state, lookup=lookup_state)
 
-  def weights_per_call(self) -> tuple[int, int]:
-    """The model's (the lookup reads no weights; the model runs on every call)."""
-    return self.model.weights_per_call()
+  def weights_per_call(self) -> tuple[int, int] | None:
+    """The model's (the lookup reads no weights; the model runs on every call); None when
+    the model does not say."""
+    return contract.weights_per_call(self.model)
 
   def rewind(self, state: LookupThenModelState, end_index: jax.Array) -> LookupThenModelState:
     """Moves both parts by the same number of positions (the model may count its positions
