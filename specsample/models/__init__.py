@@ -2,6 +2,7 @@
 
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.feature_draft import FeatureDraft
+from specsample.models.kv_cache import KVCache
 from specsample.models.t5 import T5, T5Config
 from specsample.models.toy import MarkovFeatureDraft, MarkovLM, MarkovState
 
@@ -9,6 +10,7 @@ __all__ = [
   "DecoderOnly",
   "DecoderOnlyConfig",
   "FeatureDraft",
+  "KVCache",
   "T5",
   "MarkovFeatureDraft",
   "MarkovLM",

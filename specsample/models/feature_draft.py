@@ -28,7 +28,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from specsample.models.decoder_only.config import DecoderOnlyConfig
-from specsample.models.decoder_only.network import Block, KeysValues, attention_mask, empty_caches
+from specsample.models.decoder_only.network import Block, empty_caches
+from specsample.models.kv_cache import KVCache, causal_mask
 from specsample.models.layers import Embed, Projection, dense_transposed, lookup, stored_blocks
 from specsample.models.weights import read_weights
 
@@ -69,7 +70,7 @@ class FeatureDraftNetwork(nn.Module):
     x = lookup(self.embed, tokens, jnp.dtype(c.dtype))  # [batch, k, d]
     x = self.fuse(jnp.concatenate([x, features.astype(x.dtype)], axis=-1))
     if allowed is None:
-      allowed = attention_mask(positions, caches[0][0].shape[1], c.sliding_window)
+      allowed = causal_mask(positions, caches[0][0].shape[1], c.sliding_window)
     new_caches = []
     for block, cache in zip(self.blocks, caches, strict=True):
       x, cache = block(x, positions, cache, end_index, allowed)
@@ -92,9 +93,10 @@ class FeatureDraftNetwork(nn.Module):
 
 
 @struct.dataclass
-class FeatureDraftState:
-  caches: tuple[KeysValues, ...]  # per layer: [batch, capacity, kv_heads, head_dim] x2
-  end_index: jax.Array  # int32[batch]
+class FeatureDraftState(KVCache):
+  """The layers' cache (`caches`: per layer keys and values [batch, capacity, kv_heads,
+  head_dim]; `end_index` int32[batch]) and the draft's last output."""
+
   last_feature: jax.Array  # float32[batch, d]: the draft's output at end_index - 1
 
 
@@ -133,10 +135,21 @@ class FeatureDraft:
   def feature_size(self) -> int:
     return self.config.d_model
 
-  def _run(self, caches, tokens, features, end_index):
-    positions = end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
-    return FeatureDraftNetwork(self.config).apply(
-      {"params": self.params}, tokens, features, positions, caches, end_index
+  def _run(self, state: KVCache, tokens, features):
+    """tokens int32[batch, k] with features [batch, k, d], written at each row's end ->
+    (logits [batch, k, vocab], the state with them written; its end index unmoved,
+    predicted features [batch, k, d])."""
+    positions = state.end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
+    logits, caches, outputs = FeatureDraftNetwork(self.config).apply(
+      {"params": self.params}, tokens, features, positions, state.caches, state.end_index
+    )
+    return logits, state.replace(caches=caches), outputs
+
+  def _empty(self, batch: int, capacity: int) -> FeatureDraftState:
+    return FeatureDraftState(
+      caches=empty_caches(self.config, batch, capacity),
+      end_index=jnp.zeros((batch,), jnp.int32),
+      last_feature=jnp.zeros((batch, self.feature_size), jnp.float32),
     )
 
   def init_state(
@@ -158,16 +171,10 @@ class FeatureDraft:
         f"features must be [batch, length, {self.feature_size}] = "
         f"{(batch, length, self.feature_size)}, got {features.shape}"
       )
-    caches = empty_caches(self.config, batch, length + num_new_positions)
-    start = jnp.zeros((batch,), jnp.int32)
-    _, caches, _ = self._run(caches, prompts, previous_features(features), start)
+    state = self._empty(batch, length + num_new_positions)
+    _, state, _ = self._run(state, prompts, previous_features(features))
     pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
-    state = FeatureDraftState(
-      caches=caches,
-      end_index=(prompt_lengths - 1).astype(jnp.int32),
-      last_feature=jnp.zeros((batch, self.feature_size), jnp.float32),
-    )
-    return state, pending.astype(jnp.int32)
+    return state.rewind(prompt_lengths - 1), pending.astype(jnp.int32)
 
   def extend(
     self,
@@ -187,18 +194,16 @@ class FeatureDraft:
           f"step), got {tokens.shape[1]}: pass the target's features for more"
         )
       features = state.last_feature[:, None]
-    logits, caches, outputs = self._run(state.caches, tokens, features, state.end_index)
+    logits, new_state, outputs = self._run(state, tokens, features)
     last = jnp.maximum(num_valid - 1, 0)[:, None, None]  # [batch, 1, 1]
     last_output = jnp.take_along_axis(outputs, last, axis=1)[:, 0].astype(jnp.float32)
     last_feature = jnp.where((num_valid > 0)[:, None], last_output, state.last_feature)
-    return logits, FeatureDraftState(
-      caches=caches, end_index=state.end_index + num_valid, last_feature=last_feature
-    )
+    return logits, new_state.replace(last_feature=last_feature).advance(num_valid)
 
   def rewind(self, state: FeatureDraftState, end_index: jax.Array) -> FeatureDraftState:
     """Moves the end index (O(1)); the next extend must pass the target's features (the
     kept last feature belongs to the old end)."""
-    return state.replace(end_index=end_index.astype(jnp.int32))
+    return state.rewind(end_index)
 
   def weights_per_call(self) -> tuple[int, int]:
     """(count, bytes): the fusing map, the layer(s) and the reduced output layer (the
@@ -211,9 +216,7 @@ class FeatureDraft:
     token j + 1) -> (logits [batch, length, vocab], predicted features [batch, length, d]):
     position j's prediction of feature j from features < j and tokens <= j."""
     batch, length = tokens.shape
-    caches = empty_caches(self.config, batch, length)
-    start = jnp.zeros((batch,), jnp.int32)
-    logits, _, outputs = self._run(caches, tokens, previous_features(features), start)
+    logits, _, outputs = self._run(self._empty(batch, length), tokens, previous_features(features))
     return logits, outputs
 
 

@@ -1,5 +1,5 @@
-"""Layers every model here shares: weight products, RMSNorm, projections, the cache write
-and the attention mask bias.
+"""Layers every model here shares: weight products, RMSNorm, projections and the attention
+mask bias (the cache and its writes: models.kv_cache).
 
 Kernels are stored [in, out] (T5X's layout; Hugging Face [out, in] matrices are
 transposed when read; a GGUF matrix kept in blocks, `kernels.blocks.BlockMatrix`, stays
@@ -83,52 +83,6 @@ class Embed(nn.Embed):
 def mask_bias(allowed: jax.Array) -> jax.Array:
   """bool -> float32 additive attention bias: 0 where allowed, MASK_BIAS elsewhere."""
   return jnp.where(allowed, 0.0, MASK_BIAS).astype(jnp.float32)
-
-
-def write_at(cache: jax.Array, new: jax.Array, end_index: jax.Array) -> jax.Array:
-  """Writes new [batch, k, ...] into cache [batch, length, ...] at each row's end index.
-
-  Positions past a row's valid end are stale: attention masks them and a later write
-  overwrites them (rewinding a cache is moving its end index, never a copy).
-  """
-
-  def write_row(row_cache, row_new, index):
-    start = (index,) + (jnp.zeros((), index.dtype),) * (row_cache.ndim - 1)
-    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
-
-  return jax.vmap(write_row)(cache, new, end_index)
-
-
-def move_to_end(cache: jax.Array, slots: jax.Array, end_index: jax.Array) -> jax.Array:
-  """Copies cache[b, end + slots[b, j]] to cache[b, end + j] for every j (a tree's kept
-  path moved to the committed end).  cache [batch, length, ...], slots int32[batch, L]."""
-  sources = end_index[:, None] + slots  # [batch, L]
-  index = sources.reshape(sources.shape + (1,) * (cache.ndim - 2))
-  return write_at(cache, jnp.take_along_axis(cache, index, axis=1), end_index)
-
-
-def tree_attention(layout, start: int, k: int, end_index: jax.Array, capacity: int):
-  """Positions and visibility of k tree slots start..start+k-1 of `layout` (a
-  core.tree.TreeLayout), written at end_index + slot, after a committed prefix ending at
-  end_index int32[batch].
-
-  Returns query positions int32[batch, k] (end + depth), the position of every cache entry
-  int32[batch, capacity] (tree entries: end + their depth; others: their index) and
-  allowed bool[batch, k, capacity]: the committed prefix, and the tree slots that are the
-  query itself or its ancestors.
-  """
-  size = start + k  # tree slots written so far, this call's included
-  depths = jnp.asarray(layout.depths[:size], jnp.int32)
-  ancestors = jnp.asarray(layout.ancestors[start:size, :size])  # [k, size]
-  keys = jnp.arange(capacity, dtype=jnp.int32)[None, :]  # [1, capacity]
-  offset = keys - end_index[:, None]  # [batch, capacity]
-  in_tree = (offset >= 0) & (offset < size)
-  slot = jnp.clip(offset, 0, size - 1)
-  key_positions = jnp.where(in_tree, end_index[:, None] + depths[slot], keys)
-  query_positions = end_index[:, None] + depths[start:size][None, :]
-  sees_slot = jnp.moveaxis(jnp.take(ancestors, slot, axis=1), 0, 1)  # [batch, k, capacity]
-  allowed = (offset < 0)[:, None, :] | (in_tree[:, None, :] & sees_slot)
-  return query_positions, key_positions, allowed
 
 
 class RMSNorm(nn.Module):

@@ -1,7 +1,8 @@
 """`DecoderOnly`: a decoder-only transformer with its parameters, behind the model contract.
 
 `init_state` prefills every prompt token but the last (returned as the pending token);
-`extend` runs k tokens per row at each row's own end index; `rewind` moves the index.
+`extend` runs k tokens per row at each row's own end index; `rewind` moves the index. The
+state is the model's `models.kv_cache.KVCache` itself.
 `DecoderOnly.init_random(preset("llama-134m"))` gives random weights of a realistic size;
 `specsample.load_model` gives real ones (GGUF, Hugging Face directories and hub ids).
 """
@@ -16,20 +17,13 @@ from flax import struct
 
 from specsample.core.tree import TreeLayout
 from specsample.models.decoder_only.config import DecoderOnlyConfig
-from specsample.models.decoder_only.network import (
-  DecoderOnlyNetwork,
-  KeysValues,
-  empty_caches,
-  init_params,
-)
-from specsample.models.layers import move_to_end, tree_attention
+from specsample.models.decoder_only.network import DecoderOnlyNetwork, empty_caches, init_params
+from specsample.models.kv_cache import KV_CACHE_AXES, KVCache, tree_mask
 from specsample.models.weights import read_weights
 
-
-@struct.dataclass
-class DecoderOnlyState:
-  caches: tuple[KeysValues, ...]  # per layer: [batch, capacity, kv_heads, head_dim] x2
-  end_index: jax.Array  # int32[batch]
+# The state: per layer keys and values [batch, capacity, kv_heads, head_dim], and each
+# row's end index int32[batch].
+DecoderOnlyState = KVCache
 
 
 @struct.dataclass
@@ -58,44 +52,42 @@ class DecoderOnly:
   def pad_id(self) -> int:
     return self.config.pad_id
 
-  def _run(self, caches, tokens, end_index, positions=None, allowed=None, with_features=False):
+  def _run(self, state: KVCache, tokens, write_index=None, positions=None, allowed=None, **kw):
+    """The network over tokens int32[batch, k] written at write_index int32[batch] (default:
+    each row's end) -> (logits, the state with them written; its end index unmoved), and
+    the features third with `with_features=True`."""
+    if write_index is None:
+      write_index = state.end_index
     if positions is None:
-      positions = end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
-    outputs = DecoderOnlyNetwork(self.config).apply(
-      {"params": self.params}, tokens, positions, caches, end_index, allowed, with_features
+      positions = write_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
+    logits, caches, *features = DecoderOnlyNetwork(self.config).apply(
+      {"params": self.params}, tokens, positions, state.caches, write_index, allowed, **kw
     )
-    if with_features:
-      logits, caches, features = outputs
-      return logits, self._constrain(caches), features
-    logits, caches = outputs
-    return logits, self._constrain(caches)
+    state = state.replace(caches=caches).constrain(self.partitioning, KV_CACHE_AXES)
+    return (logits, state, *features)
 
-  def _constrain(self, caches):
-    if self.partitioning is not None:
-      axes = ("batch", "length", "kv_heads", "head_dim")
-      caches = tuple(
-        (self.partitioning.constrain(k, axes), self.partitioning.constrain(v, axes))
-        for k, v in caches
-      )
-    return caches
+  def _prefill(self, prompts, prompt_lengths, num_new_positions, with_features=False):
+    """Every prompt token written (positions past a row's length are stale); the end index
+    at the last one, which is pending."""
+    batch, length = prompts.shape
+    caches = empty_caches(self.config, batch, length + num_new_positions)
+    state = KVCache(caches=caches, end_index=jnp.zeros((batch,), jnp.int32))
+    _, state, *features = self._run(state, prompts, with_features=with_features)
+    pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
+    state = state.rewind(prompt_lengths - 1)
+    return (state, pending.astype(jnp.int32), *features)
 
   def init_state(
     self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
   ) -> tuple[DecoderOnlyState, jax.Array]:
     """Prefills every prompt token but the last, which is returned as the pending token."""
-    batch, length = prompts.shape
-    caches = empty_caches(self.config, batch, length + num_new_positions)
-    start = jnp.zeros((batch,), jnp.int32)
-    _, caches = self._run(caches, prompts, start)  # positions past a row's end are stale
-    pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
-    state = DecoderOnlyState(caches=caches, end_index=(prompt_lengths - 1).astype(jnp.int32))
-    return state, pending.astype(jnp.int32)
+    return self._prefill(prompts, prompt_lengths, num_new_positions)
 
   def extend(
     self, state: DecoderOnlyState, tokens: jax.Array, num_valid: jax.Array
   ) -> tuple[jax.Array, DecoderOnlyState]:
-    logits, caches = self._run(state.caches, tokens, state.end_index)
-    return logits, state.replace(caches=caches, end_index=state.end_index + num_valid)
+    logits, state = self._run(state, tokens)
+    return logits, state.advance(num_valid)
 
   # Features: the final-normed hidden states, the output layer's input (what a
   # feature-level draft, models.feature_draft, reads from its target).
@@ -109,21 +101,15 @@ class DecoderOnly:
   ) -> tuple[DecoderOnlyState, jax.Array, jax.Array]:
     """`init_state`, and the features of every prompt position [batch, length, d_model]
     (position j's predicts token j + 1; past a row's length - 2 they are padding)."""
-    batch, length = prompts.shape
-    caches = empty_caches(self.config, batch, length + num_new_positions)
-    start = jnp.zeros((batch,), jnp.int32)
-    _, caches, features = self._run(caches, prompts, start, with_features=True)
-    pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
-    state = DecoderOnlyState(caches=caches, end_index=(prompt_lengths - 1).astype(jnp.int32))
-    return state, pending.astype(jnp.int32), features
+    return self._prefill(prompts, prompt_lengths, num_new_positions, with_features=True)
 
   def extend_with_features(
     self, state: DecoderOnlyState, tokens: jax.Array, num_valid: jax.Array
   ) -> tuple[jax.Array, jax.Array, DecoderOnlyState]:
     """`extend`, and the features of the k positions: (logits [batch, k, vocab], features
     [batch, k, d_model], state)."""
-    logits, caches, features = self._run(state.caches, tokens, state.end_index, with_features=True)
-    return logits, features, state.replace(caches=caches, end_index=state.end_index + num_valid)
+    logits, state, features = self._run(state, tokens, with_features=True)
+    return logits, features, state.advance(num_valid)
 
   def weights_per_call(self) -> tuple[int, int]:
     """(count, bytes) of the weights an `extend` call reads: every layer's and the output
@@ -133,7 +119,7 @@ class DecoderOnly:
     return read_weights(self.params, skip=lambda path: path[0] == "embed" and not tied)
 
   def rewind(self, state: DecoderOnlyState, end_index: jax.Array) -> DecoderOnlyState:
-    return state.replace(end_index=end_index.astype(jnp.int32))
+    return state.rewind(end_index)
 
   def extend_tree(
     self, state: DecoderOnlyState, tokens: jax.Array, layout: TreeLayout, start: int
@@ -141,32 +127,25 @@ class DecoderOnly:
     """Scores tokens int32[batch, k] as slots start..start+k-1 of a token tree (written
     at end_index + slot, at positions end_index + depth, each seeing the committed prefix
     and its own ancestors). The end index stays: `keep_path` commits one path."""
-    capacity = state.caches[0][0].shape[1]
-    write_index = state.end_index + start
-    positions, key_positions, allowed = tree_attention(
-      layout, start, tokens.shape[1], state.end_index, capacity
+    positions, key_positions, allowed = tree_mask(
+      layout, start, tokens.shape[1], state.end_index, state.capacity
     )
     if self.config.sliding_window is not None:
       window = self.config.sliding_window
       allowed &= key_positions[:, None, :] > positions[:, :, None] - window
-    logits, caches = self._run(state.caches, tokens, write_index, positions, allowed)
-    return logits, state.replace(caches=caches)
+    return self._run(state, tokens, state.end_index + start, positions, allowed)
 
   def keep_path(
     self, state: DecoderOnlyState, slots: jax.Array, num_kept: jax.Array
   ) -> DecoderOnlyState:
     """Moves tree slots int32[batch, L] to end_index + 0..L-1 and commits the first
     num_kept int32[batch] of them."""
-    caches = tuple(
-      (move_to_end(k, slots, state.end_index), move_to_end(v, slots, state.end_index))
-      for k, v in state.caches
-    )
-    return state.replace(caches=caches, end_index=state.end_index + num_kept.astype(jnp.int32))
+    return state.keep_path(slots, num_kept)
 
   def forward(self, tokens: jax.Array) -> jax.Array:
     """Logits float32[batch, length, vocab] of whole sequences tokens int32[batch, length]
     (no padding), in one pass: the reference for parity tests and teacher forcing."""
     batch, length = tokens.shape
     caches = empty_caches(self.config, batch, length)
-    logits, _ = self._run(caches, tokens, jnp.zeros((batch,), jnp.int32))
-    return logits
+    state = KVCache(caches=caches, end_index=jnp.zeros((batch,), jnp.int32))
+    return self._run(state, tokens)[0]

@@ -2,8 +2,8 @@
 embeddings (rotate-half convention, as Hugging Face's Llama), grouped-query attention,
 a SwiGLU MLP, and a tied or untied output layer.
 
-The cache is written in place at each row's own end index, so one call scores k tokens
-per row (verification of gamma draft tokens is one call). Parameter names: `embed`,
+The cache (models.kv_cache) is written in place at each row's own end index, so one call
+scores k tokens per row (verification of gamma draft tokens is one call). Parameter names: `embed`,
 `blocks_{i}/{attention_norm, query, key, value, out, query_norm, key_norm, mlp_norm,
 gate, up, down}`, `final_norm`, `lm_head` (and `output_ids` for a reduced output layer);
 kernels are [in, out].
@@ -17,18 +17,10 @@ import jax.numpy as jnp
 
 from specsample.kernels import decoder_layer
 from specsample.kernels.attention import cached_attention, ends_of
+from specsample.models import kv_cache
 from specsample.models.decoder_only.config import DecoderOnlyConfig
-from specsample.models.layers import (
-  Embed,
-  Projection,
-  RMSNorm,
-  dense_transposed,
-  lookup,
-  write_at,
-)
-
-# Per layer: (keys, values), each [batch, capacity, kv_heads, head_dim].
-KeysValues = tuple[jax.Array, jax.Array]
+from specsample.models.kv_cache import KeysValues, causal_mask
+from specsample.models.layers import Embed, Projection, RMSNorm, dense_transposed, lookup
 
 
 def rotary_tables(positions: jax.Array, frequencies) -> tuple[jax.Array, jax.Array]:
@@ -57,16 +49,9 @@ def rotary(x: jax.Array, positions: jax.Array, frequencies) -> jax.Array:
 
 
 def attention_mask(positions: jax.Array, capacity: int, window: int | None) -> jax.Array:
-  """Which cache positions each query may see.  int32[batch, k] -> bool[batch, k, capacity].
-
-  Causal (key position <= query position; stale cache entries beyond a row's end are
-  always later than its queries), and within the last `window` positions if given.
-  """
-  keys = jnp.arange(capacity, dtype=jnp.int32)[None, None, :]
-  allowed = keys <= positions[:, :, None]
-  if window is not None:
-    allowed &= keys > positions[:, :, None] - window
-  return allowed
+  """Which cache positions each query may see.  int32[batch, k] -> bool[batch, k, capacity]
+  (`kv_cache.causal_mask`: causal, within the last `window` positions if given)."""
+  return causal_mask(positions, capacity, window)
 
 
 class Block(nn.Module):
@@ -90,9 +75,11 @@ class Block(nn.Module):
   def __call__(self, x, positions, cache: KeysValues, end_index, allowed, ends=None):
     """x [batch, k, d_model] at positions int32[batch, k], written at end_index, seeing
     the cache entries allowed bool[batch, k, capacity] (ends: `attention.ends_of(allowed)`)
-    -> (x, cache)."""
+    -> (x, cache). cache: this layer's keys and values [batch, capacity, kv_heads,
+    head_dim] (a `KeysValues`, or a (keys, values) pair)."""
     c = self.config
     batch, k, _ = x.shape
+    cache = KeysValues(*cache)
     params = self.variables.get("params", {})
     if decoder_layer.applies(c, params):
       return self._int8_layer(params, x, positions, cache, end_index, allowed, ends)
@@ -104,13 +91,13 @@ class Block(nn.Module):
       queries, keys = self.query_norm(queries), self.key_norm(keys)
     queries, keys = rotary(queries, positions, frequencies), rotary(keys, positions, frequencies)
     values = self.value(h).reshape(batch, k, c.num_kv_heads, c.head_dim)
-    keys, values = write_at(cache[0], keys, end_index), write_at(cache[1], values, end_index)
+    keys, values = cache.write(keys, values, end_index)  # [batch, capacity, kv_heads, head_dim]
     # [batch, k, heads, head_dim] over the cache entries each query sees
     context = cached_attention(queries, keys, values, allowed, c.head_dim**-0.5, ends)
     x = x + self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
     h = self.mlp_norm(x)
     x = x + self.down(jax.nn.silu(self.gate(h)) * self.up(h))
-    return x, (keys, values)
+    return x, KeysValues(keys, values)
 
   def _int8_layer(self, params, x, positions, cache: KeysValues, end_index, allowed, ends):
     """The layer as two kernel calls (kernels.decoder_layer) around the cache write."""
@@ -123,15 +110,14 @@ class Block(nn.Module):
       cos, sin, c.layer_norm_epsilon,
     )  # fmt: skip
     shape = (batch, k, c.num_kv_heads, c.head_dim)
-    keys = write_at(cache[0], keys.reshape(shape), end_index)
-    values = write_at(cache[1], values.reshape(shape), end_index)
+    keys, values = cache.write(keys.reshape(shape), values.reshape(shape), end_index)
     if ends is None:
       ends = ends_of(allowed)
     x = decoder_layer.int8_attention_mlp(
       x, queries, keys, values, allowed, ends, kernel["out"], params["mlp_norm"]["scale"],
       kernel["gate"], kernel["up"], kernel["down"], c.head_dim**-0.5, c.layer_norm_epsilon,
     )  # fmt: skip
-    return x, (keys, values)
+    return x, KeysValues(keys, values)
 
 
 class DecoderOnlyNetwork(nn.Module):
@@ -161,7 +147,7 @@ class DecoderOnlyNetwork(nn.Module):
     position, within the sliding window if any).
     """
     if allowed is None:
-      allowed = attention_mask(positions, caches[0][0].shape[1], self.config.sliding_window)
+      allowed = causal_mask(positions, caches[0][0].shape[1], self.config.sliding_window)
     ends = ends_of(allowed)  # [batch, k]: what each query reads of the caches
     x = lookup(self.embed, tokens, jnp.dtype(self.config.dtype))
     new_caches = []
@@ -185,10 +171,10 @@ class DecoderOnlyNetwork(nn.Module):
 
 
 def empty_caches(config: DecoderOnlyConfig, batch: int, capacity: int) -> tuple[KeysValues, ...]:
-  """Zeroed caches: per layer (keys, values), each [batch, capacity, kv_heads, head_dim]."""
-  shape = (batch, capacity, config.num_kv_heads, config.head_dim)
-  dtype = jnp.dtype(config.dtype)
-  return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.num_layers))
+  """Zeroed caches: per layer keys and values, each [batch, capacity, kv_heads, head_dim]."""
+  c = config
+  dtype = jnp.dtype(c.dtype)
+  return kv_cache.zeros(c.num_layers, batch, capacity, c.num_kv_heads, c.head_dim, dtype)
 
 
 def init_params(config: DecoderOnlyConfig, key: jax.Array):

@@ -3,7 +3,8 @@
 The object carries its parameters (a pytree, traced under `jit`) and its `T5Config`
 (static). `init_state` runs the encoder once and precomputes every decoder layer's
 cross-attention keys/values; `extend` runs the decoder over k tokens per row at each
-row's own end index; `rewind` only moves the end index.
+row's own end index; `rewind` only moves the end index. The decoder's self-attention cache
+is a `models.kv_cache.KVCache` (the state is one, with the cross-attention inputs added).
 """
 
 from __future__ import annotations
@@ -15,18 +16,21 @@ import jax.numpy as jnp
 from flax import struct
 
 from specsample.core.tree import TreeLayout
-from specsample.models.layers import move_to_end, tree_attention
+from specsample.models import kv_cache
+from specsample.models.kv_cache import CACHE_AXES, KeysValues, KVCache, tree_mask
 from specsample.models.t5.config import T5Config
-from specsample.models.t5.network import KeysValues, T5Network
+from specsample.models.t5.network import T5Network
 from specsample.models.weights import read_weights
 
 
 @struct.dataclass
-class T5State:
+class T5State(KVCache):
+  """The decoder's self-attention cache (`caches`: per decoder layer, keys and values
+  [batch, capacity, heads, head_dim]; `end_index` int32[batch]: decoder positions written
+  and valid) and what the encoder gave."""
+
   cross: tuple[KeysValues, ...]  # per decoder layer: [batch, enc_length, heads, head_dim] x2
   encoder_valid: jax.Array  # bool[batch, enc_length]
-  caches: tuple[KeysValues, ...]  # per decoder layer: [batch, capacity, heads, head_dim] x2
-  end_index: jax.Array  # int32[batch]: decoder positions written and valid
 
 
 @struct.dataclass
@@ -69,10 +73,9 @@ class T5:
       return x
     return self.partitioning.constrain(x, logical_axes)
 
-  def _constrain_caches(self, caches):
+  def _constrain_caches(self, caches: tuple[KeysValues, ...]) -> tuple[KeysValues, ...]:
     """Keys/values [batch, positions, heads, head_dim]: batch over data, heads over model."""
-    axes = ("batch", "length", "heads", "head_dim")
-    return tuple((self._constrain(k, axes), self._constrain(v, axes)) for k, v in caches)
+    return tuple(layer.constrain(self.partitioning, CACHE_AXES) for layer in caches)
 
   def _apply(self, *args, method):
     return T5Network(self.config).apply({"params": self.params}, *args, method=method)
@@ -88,10 +91,8 @@ class T5:
     encoded = self._apply(prompts, valid, method=T5Network.encode)
     cross = self._apply(encoded, method=T5Network.cross_keys_values)
     c = self.config
-    shape = (batch, num_new_positions, c.num_heads, c.head_dim)
-    dtype = jnp.dtype(c.dtype)
-    caches = tuple(
-      (jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(c.num_decoder_layers)
+    caches = kv_cache.zeros(
+      c.num_decoder_layers, batch, num_new_positions, c.num_heads, c.head_dim, jnp.dtype(c.dtype)
     )
     caches, cross = self._constrain_caches(caches), self._constrain_caches(cross)
     state = T5State(
@@ -115,8 +116,7 @@ class T5:
       state.end_index,
       method=T5Network.decode,
     )
-    caches = self._constrain_caches(caches)
-    return logits, state.replace(caches=caches, end_index=state.end_index + num_valid)
+    return logits, state.replace(caches=self._constrain_caches(caches)).advance(num_valid)
 
   def weights_per_call(self) -> tuple[int, int]:
     """(count, bytes) of the weights a decoder `extend` call reads: the decoder's, less the
@@ -133,7 +133,7 @@ class T5:
     return read_weights(self.params, skip)
 
   def rewind(self, state: T5State, end_index: jax.Array) -> T5State:
-    return state.replace(end_index=end_index.astype(jnp.int32))
+    return state.rewind(end_index)
 
   def extend_tree(
     self, state: T5State, tokens: jax.Array, layout: TreeLayout, start: int
@@ -141,9 +141,8 @@ class T5:
     """Scores tokens int32[batch, k] as slots start..start+k-1 of a token tree (written
     at end_index + slot, at positions end_index + depth, each seeing the committed prefix
     and its own ancestors; relative positions from the depths). The end index stays."""
-    capacity = state.caches[0][0].shape[1]
-    positions, key_positions, allowed = tree_attention(
-      layout, start, tokens.shape[1], state.end_index, capacity
+    positions, key_positions, allowed = tree_mask(
+      layout, start, tokens.shape[1], state.end_index, state.capacity
     )
     logits, caches = self._apply(
       tokens,
@@ -161,12 +160,8 @@ class T5:
   def keep_path(self, state: T5State, slots: jax.Array, num_kept: jax.Array) -> T5State:
     """Moves tree slots int32[batch, L] to end_index + 0..L-1 and commits the first
     num_kept int32[batch] of them."""
-    caches = tuple(
-      (move_to_end(k, slots, state.end_index), move_to_end(v, slots, state.end_index))
-      for k, v in state.caches
-    )
-    caches = self._constrain_caches(caches)
-    return state.replace(caches=caches, end_index=state.end_index + num_kept.astype(jnp.int32))
+    state = state.keep_path(slots, num_kept)
+    return state.replace(caches=self._constrain_caches(state.caches))
 
   # ----- whole-sequence passes -----------------------------------------------------------
 

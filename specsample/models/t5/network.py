@@ -14,19 +14,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specsample.models.layers import (
-  Projection,
-  RMSNorm,
-  dense_transposed,
-  lookup,
-  mask_bias,
-  write_at,
-)
+from specsample.models.kv_cache import KeysValues, causal_mask
+from specsample.models.layers import Projection, RMSNorm, dense_transposed, lookup, mask_bias
 from specsample.models.t5.config import T5Config
 from specsample.models.t5.layers import MLP, Attention, RelativePositionBias
-
-# Per decoder layer: (keys, values), each [batch, positions, heads, head_dim].
-KeysValues = tuple[jax.Array, jax.Array]
 
 
 def _relative_position_bias(config: T5Config, *, bidirectional: bool) -> RelativePositionBias:
@@ -88,7 +79,8 @@ class DecoderLayer(nn.Module):
     self.mlp = MLP(c.mlp_dim, c.d_model, c.mlp_activations, dtype)
 
   def cross_keys_values(self, encoded: jax.Array) -> KeysValues:
-    return self.encoder_decoder_attention.keys_values(encoded)
+    """[batch, enc_length, d_model] -> keys, values [batch, enc_length, heads, head_dim]."""
+    return KeysValues(*self.encoder_decoder_attention.keys_values(encoded))
 
   def __call__(
     self,
@@ -107,14 +99,14 @@ class DecoderLayer(nn.Module):
     """
     h = self.pre_self_attention_layer_norm(x)
     keys, values = self.self_attention.keys_values(h)  # [batch, k, heads, head_dim]
-    if cache is not None:
-      keys, values = write_at(cache[0], keys, end_index), write_at(cache[1], values, end_index)
+    if cache is not None:  # [batch, capacity, heads, head_dim] each
+      keys, values = cache.write(keys, values, end_index)
     x = x + self.self_attention.attend(self.self_attention.queries(h), keys, values, self_bias)
     h = self.pre_cross_attention_layer_norm(x)
     queries = self.encoder_decoder_attention.queries(h)
     x = x + self.encoder_decoder_attention.attend(queries, cross[0], cross[1], cross_bias)
     x = x + self.mlp(self.pre_mlp_layer_norm(x))
-    return x, (keys, values)
+    return x, KeysValues(keys, values)
 
 
 class Decoder(nn.Module):
@@ -150,10 +142,10 @@ class Decoder(nn.Module):
     tokens see the entries at or before their own position.
     """
     x = lookup(self.embedder, tokens, jnp.dtype(self.config.dtype))  # [batch, k, d_model]
-    key_length = tokens.shape[1] if caches is None else caches[0][0].shape[1]
+    key_length = tokens.shape[1] if caches is None else caches[0].capacity
     if key_positions is None:
       key_positions = jnp.arange(key_length, dtype=jnp.int32)
-      allowed = key_positions[None, None, :] <= query_positions[:, :, None]  # [batch, k, length]
+      allowed = causal_mask(query_positions, key_length)  # [batch, k, length]
     self_bias = self.relpos_bias(query_positions, key_positions) + mask_bias(allowed[:, None])
     cross_bias = mask_bias(encoder_valid[:, None, None, :])  # [batch, 1, 1, enc_length]
     new_caches = []
