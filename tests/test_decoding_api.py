@@ -119,9 +119,7 @@ def test_the_loop_is_one_while_loop_in_one_program(rule, temperature):
   sampling = SamplingConfig(temperature=temperature)
   settings = SpeculativeSettings(gamma=3, max_new_tokens=8, sampling=sampling, rule=rule)
   prompts, lengths = jnp.array([[1, 2]]), jnp.array([2])
-  lowered = speculative_program.lower(
-    TARGET, DRAFT, prompts, lengths, jax.random.key(0), settings
-  )
+  lowered = speculative_program.lower(TARGET, DRAFT, prompts, lengths, jax.random.key(0), settings)
   assert "callback" not in lowered.as_text()  # no host round trips
   compiled = lowered.compile().as_text()
   entry = compiled[compiled.index("ENTRY") :]

@@ -299,15 +299,37 @@ def test_bench_measures_a_feature_pair():
     assert min(phases.prefill_seconds, phases.model_calls_seconds) > 0
 
 
-def test_catch_up_widths_follow_the_accepted_counts():
-  from specsample.bench.phases import catch_up_widths
+@pytest.mark.parametrize("feature", [False, True])
+def test_the_phase_breakdowns_calls_only_loop_replays_the_real_loop(feature):
+  """bench.phases times the loop's model calls by replaying a real run's accepted counts
+  through the loop's own drafter: it makes as many batched draft calls as the real run
+  (catch-ups included) and leaves the target's cache where the real commits put it."""
+  import dataclasses
 
-  histogram = [2, 0, 1, 3]  # gamma 3: six iterations, three blocks accepted whole
-  token_level = np.asarray(catch_up_widths(MarkovLM.random(0, 4), histogram, 8))
-  assert token_level[:6].tolist().count(2) == 3 and token_level.sum() == 8 + 3
-  feature = MarkovFeatureDraft(jnp.zeros((4, 4, 4)))
-  widths = np.asarray(catch_up_widths(feature, histogram, 8))
-  assert widths[0] == 1 and sorted(widths[1:6].tolist()) == [1, 1, 3, 4, 4]
+  from specsample.bench.phases import speculative_model_calls
+  from specsample.decoding import SpeculativeSettings, speculative_decode
+
+  target = MarkovLM.random(7, 6, order=2, scale=2.0)
+  noise = jax.random.normal(jax.random.key(9), target.logits_table.shape)
+  table = target.logits_table + noise
+  draft = MarkovFeatureDraft(table) if feature else MarkovLM(table)
+  prompt = jnp.asarray([[1, 2, 3]], jnp.int32)
+  length = jnp.asarray([3], jnp.int32)
+  settings = SpeculativeSettings.of(gamma=3, max_new_tokens=12, sampling=GREEDY)
+  traced = dataclasses.replace(settings, record_trace=True)
+  real = speculative_decode(target, draft, prompt, traced, prompt_lengths=length)
+  iterations = int(real.stats.target_calls)
+  accepted = real.trace.accepted
+  _, draft_calls, target_end = speculative_model_calls(
+    target, draft, prompt, length, accepted, iterations, settings=settings, with_draft=True
+  )
+  assert int(draft_calls) == int(real.stats.draft_calls)
+  committed = int(np.sum(np.asarray(accepted)[:iterations] + 1))
+  assert int(target_end[0]) == 3 - 1 + committed  # all committed tokens but the last
+  _, no_draft_calls, alone_end = speculative_model_calls(
+    target, draft, prompt, length, accepted, iterations, settings=settings, with_draft=False
+  )
+  assert int(no_draft_calls) == 0 and int(alone_end[0]) == int(target_end[0])
 
 
 @pytest.mark.parametrize("depth", [1, 2])

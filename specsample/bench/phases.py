@@ -6,12 +6,12 @@ measures what the decoding loops really pay, side by side in one run on the same
 (batch 1, each prompt alone, compilation excluded, repeats interleaved, medians):
 
   speculative      the speculative loop, end to end;
-  model calls      a compiled loop making only the speculative loop's model calls, with
-                   the same shapes, the same number of iterations and both prefills (the
-                   draft's catch-up, over 2 tokens as often as the loop needed it, and
-                   gamma - 1 single steps, the target's (gamma + 1)-token call, two
-                   rewinds): tokens are chained by argmax;
-  target calls     the same loop without the draft's calls;
+  model calls      a compiled loop making only the speculative loop's model calls: the
+                   loop's own drafter (`decoding.drafters`) proposes, scores and advances
+                   each iteration as the real run did, accepting the tokens the real run
+                   accepted (its trace), without verification, commits or statistics;
+  target calls     the same loop without the draft's calls (the target scores blocks of
+                   the last token repeated);
   prefill          both models' `init_state` alone (encoders, cross-attention keys);
   autoregressive   generate, end to end, and its model calls alone.
 
@@ -43,6 +43,8 @@ from specsample.decoding import (
   generate,
   speculative_decode,
 )
+from specsample.decoding.drafters import Proposal, Verdict, make_drafter
+from specsample.decoding.drafters.base import rewind_target
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +120,7 @@ def phase_breakdown(
   spec_settings = SpeculativeSettings.of(
     gamma=gamma, max_new_tokens=max_new_tokens, sampling=sampling, verification=rule
   )
+  traced = dataclasses.replace(spec_settings, record_trace=True)
   positions = max_new_tokens + gamma + 1  # the cache length the speculative loop allocates
   totals = dict.fromkeys(
     ("spec", "calls", "target_calls", "prefill", "target_prefill", "ar", "ar_calls"), 0.0
@@ -130,12 +133,10 @@ def phase_breakdown(
         f"phase_breakdown takes batch-1 rows (int32[1, width], int32[1]), got shapes "
         f"{array.shape} and {length.shape}"
       )
-    spec_out = speculative_decode(
-      target, draft, array, spec_settings, seed=seed, prompt_lengths=length
-    )
+    spec_out = speculative_decode(target, draft, array, traced, seed=seed, prompt_lengths=length)
     ar_out = generate(target, array, prompt_lengths=length, **common)
     n_iter = jnp.asarray(spec_out.stats.target_calls, jnp.int32)
-    widths = catch_up_widths(draft, spec_out.stats.accepted_histogram, max_new_tokens)
+    accepted = spec_out.trace.accepted  # int32[max_new_tokens, 1]: n of each iteration
     n_steps = jnp.asarray(ar_out.stats.target_calls, jnp.int32)
     iterations += int(n_iter)
     tokens += int(n_steps)
@@ -143,12 +144,12 @@ def phase_breakdown(
       "spec": lambda a=array, n=length: (
         speculative_decode(target, draft, a, spec_settings, seed=seed, prompt_lengths=n).tokens
       ),
-      "calls": lambda a=array, n=length, i=n_iter, w=widths: speculative_model_calls(
-        target, draft, a, n, i, w, gamma=gamma, positions=positions, with_draft=True
-      ),
-      "target_calls": lambda a=array, n=length, i=n_iter, w=widths: speculative_model_calls(
-        target, draft, a, n, i, w, gamma=gamma, positions=positions, with_draft=False
-      ),
+      "calls": lambda a=array, n=length, i=n_iter, acc=accepted: speculative_model_calls(
+        target, draft, a, n, acc, i, settings=spec_settings, with_draft=True
+      )[0],
+      "target_calls": lambda a=array, n=length, i=n_iter, acc=accepted: speculative_model_calls(
+        target, draft, a, n, acc, i, settings=spec_settings, with_draft=False
+      )[0],
       "prefill": lambda a=array, n=length: _prefill(target, draft, a, n, positions=positions),
       "target_prefill": lambda a=array, n=length: _prefill(
         target, None, a, n, positions=max_new_tokens
@@ -199,86 +200,59 @@ def _prefill(target, draft, prompts, lengths, *, positions: int):
   return states
 
 
-def catch_up_widths(draft, accepted_histogram, max_new_tokens: int) -> jax.Array:
-  """How wide each iteration's catch-up call was, from the histogram of accepted tokens
-  per iteration (order does not matter for timing): a token-level draft owes 2 tokens
-  after a block accepted whole, else 1; a feature draft owes n + 1. -> int32[max_new_tokens]
-  (each iteration commits >= 1 token; past the iterations: padding)."""
-  counts = np.asarray(accepted_histogram, np.int64)  # [gamma + 1]: iterations with n = i
-  gamma, iterations = len(counts) - 1, int(counts.sum())
-  # The first catch-up follows the prompt (1 token); each later one follows an iteration.
-  if uses_target_features(draft):
-    widths = np.concatenate([[1], np.repeat(np.arange(1, gamma + 2), counts)[: iterations - 1]])
-  else:
-    two = min(int(counts[gamma]), iterations - 1)
-    widths = np.repeat([2, 1], [two, iterations - two])
-  padded = np.ones(max_new_tokens, np.int32)
-  padded[: min(len(widths), max_new_tokens)] = widths[:max_new_tokens]
-  return jnp.asarray(padded)
-
-
-@functools.partial(jax.jit, static_argnames=("gamma", "positions", "with_draft"))
+@functools.partial(jax.jit, static_argnames=("settings", "with_draft"))
 def speculative_model_calls(
-  target,
-  draft,
-  prompts,
-  lengths,
-  iterations,
-  widths,
-  *,
-  gamma: int,
-  positions: int,
-  with_draft: bool,
+  target, draft, prompts, lengths, accepted, iterations, *, settings, with_draft: bool
 ):
-  """The speculative loop's model calls, `iterations` times, and nothing else: iteration
-  i's draft catch-up is widths[i] tokens wide (`catch_up_widths`: as the real loop's were;
-  a feature draft's with zero features, and its target call returns features)."""
-  features = uses_target_features(draft)
-  if features:
+  """The speculative loop's model calls, `iterations` times, and nothing else, made by the
+  loop's own drafter (`make_drafter(draft, settings)`, a chain): iteration i proposes,
+  scores and advances with accepted[i] int32[batch] tokens accepted (the real run's trace),
+  the next token chained by argmax of the target's logits. Without the draft
+  (`with_draft` False) the target scores blocks of the last token repeated and rewinds.
+  -> (the last token int32[batch], batched draft calls int32[], the target's end
+  int32[batch])."""
+  drafter = make_drafter(draft, settings)
+  gamma = settings.gamma
+  positions = drafter.cache_positions(settings.max_new_tokens)
+  if with_draft:
+    target_state, last, state = drafter.init(target, prompts, lengths, positions)
+  elif uses_target_features(draft):  # the target's prefill alone, as the drafter makes it
     target_state, last, _ = target.init_state_with_features(prompts, lengths, positions)
+    state = None
   else:
-    target_state, last = target.init_state(prompts, lengths, positions)
-  draft_state = draft.init_state(prompts, lengths, positions)[0] if with_draft else None
-  one = jnp.ones((prompts.shape[0],), jnp.int32)
-  widest = gamma + 1 if features else 2
+    (target_state, last), state = target.init_state(prompts, lengths, positions), None
+  batch = prompts.shape[0]
+  active = jnp.ones((batch,), bool)
+  keys = jax.random.split(jax.random.key(0), settings.max_new_tokens)
 
   def iteration(i, carry):
-    target_state, draft_state, token = carry
-    drafted = [token] * gamma
+    target_state, state, last, draft_calls = carry
     if with_draft:
-      draft_end = draft_state.end_index
-
-      def catch_up(k: int):
-        def call(state):
-          extra = {}
-          if features:
-            extra["features"] = jnp.zeros((token.shape[0], k, draft.feature_size), jnp.float32)
-          tokens = jnp.repeat(token[:, None], k, axis=1)
-          logits, state = draft.extend(state, tokens, k * one, **extra)
-          return logits[:, -1], state  # [batch, k, vocab] -> after the last token
-
-        return call
-
-      width = jnp.clip(widths[i], 1, widest)
-      logits, draft_state = jax.lax.switch(
-        width - 1, [catch_up(k) for k in range(1, widest + 1)], draft_state
-      )
-      drafted = [_argmax(logits)]
-      for _ in range(gamma - 1):
-        logits, draft_state = draft.extend(draft_state, drafted[-1][:, None], one)
-        drafted.append(_argmax(logits[:, 0]))
-      draft_state = draft.rewind(draft_state, draft_end + 1)
-    target_end = target_state.end_index
-    block = jnp.stack([token, *drafted], axis=1)  # [batch, gamma + 1]
-    if features:
-      logits, _, target_state = target.extend_with_features(target_state, block, (gamma + 1) * one)
+      proposal = drafter.propose(state, active, keys[i])
     else:
-      logits, target_state = target.extend(target_state, block, (gamma + 1) * one)
-    target_state = target.rewind(target_state, target_end + 1)
-    return target_state, draft_state, _argmax(logits[:, -1])
+      proposal = Proposal(
+        tokens=jnp.repeat(last[:, None], gamma, axis=1), probs=None,
+        bad=jnp.zeros((batch, gamma), bool), num_drafted=None, steps=0, model_state=None,
+      )  # fmt: skip
+    scored = drafter.score(target, target_state, last, proposal, active)
+    n = jnp.minimum(accepted[i], gamma)  # [batch]
+    at_n = jnp.take_along_axis(scored.logits, n[:, None, None], axis=1)[:, 0]  # [batch, vocab]
+    y = _argmax(at_n)
+    if with_draft:
+      verdict = Verdict(
+        n=n, y=y, path=proposal.tokens, num_drafted=jnp.full_like(n, gamma),
+        target_bad=jnp.zeros_like(active), draft_bad=jnp.zeros_like(active),
+      )  # fmt: skip
+      target_state, state = drafter.advance(
+        state, target, target_state, proposal, scored, verdict, active
+      )
+    else:
+      target_state = rewind_target(target, scored.target_state, target_state.end_index, n, active)
+    return target_state, state, y, draft_calls + proposal.steps
 
-  carry = (target_state, draft_state, last)
-  return jax.lax.fori_loop(0, iterations, iteration, carry)[2]
+  carry = (target_state, state, last, jnp.zeros((), jnp.int32))
+  target_state, _, last, draft_calls = jax.lax.fori_loop(0, iterations, iteration, carry)
+  return last, draft_calls, target_state.end_index
 
 
 @functools.partial(jax.jit, static_argnames=("positions",))

@@ -13,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 
 from specsample.bench.costs import interleaved_step_seconds
+from specsample.core.contract import prompt_pad_id
 from specsample.core.sampling import SamplingConfig
 from specsample.core.speedup import best_gamma, theoretical_speedup
 from specsample.decoding import SpeculativeSettings, speculative_decode
-from specsample.decoding.inputs import check_positive_int, prepare_prompts, prompt_pad_id
+from specsample.decoding.inputs import check_positive_int, prepare_prompts
 
 PROBE_GAMMA = 4  # gamma of the alpha probe run
 PROBE_NEW_TOKENS = 32  # tokens per row of the alpha probe run (at most)

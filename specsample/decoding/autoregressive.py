@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.core.contract import LanguageModel
+from specsample.core.contract import LanguageModel, prompt_pad_id
 from specsample.core.sampling import SamplingConfig, nonfinite_logits
 from specsample.decoding.commit import commit, draw
 from specsample.decoding.inputs import (
@@ -18,7 +18,6 @@ from specsample.decoding.inputs import (
   check_sampling,
   make_key,
   prepare_prompts,
-  prompt_pad_id,
 )
 from specsample.decoding.outputs import DecodingStats, GenerationOutput, raise_on_nonfinite
 

@@ -38,11 +38,6 @@ def check_model(role: str, model) -> None:
       )
 
 
-def prompt_pad_id(model) -> int | None:
-  """The model's `prompt_pad_id` (an optional member of the model contract), or None."""
-  return getattr(model, "prompt_pad_id", None)
-
-
 def prepare_prompts(
   prompts, prompt_lengths, *, vocab_size: int, pad_id: int, prompt_pad_id: int | None = None
 ) -> tuple[jax.Array, jax.Array]:

@@ -21,12 +21,12 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.core.contract import LanguageModel
+from specsample.core.contract import LanguageModel, prompt_pad_id
 from specsample.decoding.commit import commit
 from specsample.decoding.counters import LoopCounters
 from specsample.decoding.drafters import make_drafter
 from specsample.decoding.drafters.features import path_then_y
-from specsample.decoding.inputs import make_key, prepare_prompts, prompt_pad_id
+from specsample.decoding.inputs import make_key, prepare_prompts
 from specsample.decoding.outputs import GenerationOutput, SpeculativeTrace, raise_on_nonfinite
 from specsample.decoding.settings import MAX_GAMMA, SpeculativeSettings
 

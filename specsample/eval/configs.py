@@ -169,6 +169,18 @@ class Pipeline:
     }  # fmt: skip
     return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
 
+  def speculative_settings(self):
+    """The decoding settings of the speculative side (`specsample.SpeculativeSettings`)."""
+    from specsample.core.sampling import SamplingConfig
+    from specsample.decoding import SpeculativeSettings
+
+    return SpeculativeSettings.of(
+      gamma=self.gamma,
+      max_new_tokens=self.max_new_tokens,
+      sampling=SamplingConfig(temperature=self.temperature),
+      verification=self.verification,
+    )
+
   def checkpoints(self) -> dict[str, dict[str, str]]:
     """{role: {"path", "contents"}} of the two checkpoints: `contents` hashes their files'
     names, sizes and mtimes (store.checkpoint_fingerprint), so a checkpoint replaced at the

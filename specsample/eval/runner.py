@@ -16,9 +16,8 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from specsample.api import speculative_generate
 from specsample.core import SamplingConfig
-from specsample.decoding import generate
+from specsample.decoding import generate, speculative_decode
 from specsample.eval.configs import Pipeline
 from specsample.eval.errors import ConfigError, examples_path, require_modules
 from specsample.eval.store import ResultStore
@@ -119,12 +118,10 @@ def decode_batch(
       sampling=sampling, seed=seed,
     )  # fmt: skip
 
+  settings = pipeline.speculative_settings()
+
   def speculative():
-    return speculative_generate(
-      target, draft, array, prompt_lengths=lengths, gamma=pipeline.gamma,
-      max_new_tokens=pipeline.max_new_tokens, sampling=sampling,
-      verification=pipeline.verification, seed=seed,
-    )  # fmt: skip
+    return speculative_decode(target, draft, array, settings, seed=seed, prompt_lengths=lengths)
 
   shape = (width, len(prompts))
   if shape not in compiled:

@@ -6,10 +6,9 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 
-from specsample.api import speculative_generate
 from specsample.bench import cost_ratio, verify_cost_ratios
 from specsample.core import SamplingConfig, best_gamma
-from specsample.decoding import generate
+from specsample.decoding import SpeculativeSettings, generate, speculative_decode
 
 
 def translate_all(
@@ -45,15 +44,10 @@ def evaluate_pair(
     metrics[f"{name}_parameters"] = model.config.num_parameters
   prompts = [vocab.encode(prefix + text) for text in sources]
   for temperature in (0.0, 1.0):
-    out = speculative_generate(
-      target,
-      draft,
-      prompts,
-      gamma=gamma,
-      max_new_tokens=max_new_tokens,
-      sampling=SamplingConfig(temperature=temperature),
-      seed=0,
+    settings = SpeculativeSettings.of(
+      gamma=gamma, max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=temperature)
     )
+    out = speculative_decode(target, draft, prompts, settings, seed=0)
     metrics[f"alpha_t{temperature:g}"] = round(out.stats.alpha, 3)
     metrics[f"tokens_per_target_call_t{temperature:g}"] = round(out.stats.tokens_per_target_call, 3)
   one_prompt = jnp.asarray([prompts[0]])

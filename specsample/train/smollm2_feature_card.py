@@ -45,7 +45,7 @@ def alpha_by_task(target, draft, tokenizer, path: str, gamma: int, max_new_token
   """Alpha and target tokens per call of the draft alone, by task of the bench prompts at
   `path`, greedy and temperature 1, one prompt at a time (batch 1, gamma fixed).
   -> {"t0", "t1": {task, "all": {"alpha", "tokens_per_target_call", "prompts"}}}."""
-  from specsample import speculative_generate  # the public entry point (above decoding)
+  from specsample.decoding import SpeculativeSettings, speculative_decode
 
   counts: dict = {}
   prompts = chat_prompts.read_jsonl(path)
@@ -54,11 +54,10 @@ def alpha_by_task(target, draft, tokenizer, path: str, gamma: int, max_new_token
   for temperature in (0.0, 1.0):
     for i, prompt in enumerate(prompts):
       array, length = right_pad([ids[i]], width, 0), np.array([len(ids[i])], np.int32)
-      out = speculative_generate(
-        target, draft, array, prompt_lengths=length,
-        gamma=gamma, max_new_tokens=max_new_tokens,
-        sampling=SamplingConfig(temperature=temperature), seed=i,
-      )  # fmt: skip
+      settings = SpeculativeSettings.of(
+        gamma=gamma, max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=temperature)
+      )
+      out = speculative_decode(target, draft, array, settings, seed=i, prompt_lengths=length)
       for task in (prompt.task, "all"):
         c = counts.setdefault(f"t{temperature:g}", {}).setdefault(task, [0, 0, 0, 0])
         c[0] += int(np.sum(out.stats.accepted))

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specsample.core.contract import supports_trees  # noqa: F401 - re-exported
 from specsample.core.sampling import (
   argmax_tokens,
   logits_to_probs,
@@ -52,12 +53,6 @@ class DraftTree:
     k = self.num_chains
     if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_CHAINS:
       raise ValueError(f"DraftTree.num_chains must be an int in 2..{MAX_CHAINS}, got {k!r}")
-
-
-def supports_trees(model) -> bool:
-  return callable(getattr(model, "extend_tree", None)) and callable(
-    getattr(model, "keep_path", None)
-  )
 
 
 def _along(values: jax.Array, chain: jax.Array) -> jax.Array:
