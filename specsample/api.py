@@ -18,6 +18,7 @@ from specsample.decoding import (
   DraftTree,
   GenerationOutput,
   SpeculativeSettings,
+  generate,
   speculative_decode,
 )
 from specsample.decoding.inputs import check_sampling
@@ -47,9 +48,11 @@ def speculative_generate(
       token lists of any lengths.
     gamma: draft tokens proposed per iteration (static), 1..64; or "auto": measure
       alpha, c and r on these prompts on this machine and take the gamma the speedup
-      model prefers (`specsample.bench.tune_gamma`). That costs a probe run and a few
-      compilations per call: when decoding many batches, tune once and pass the number.
-      The gamma used is `output.stats.gamma`.
+      model prefers (`specsample.bench.tune_gamma`); where no gamma is predicted to pay
+      by a margin (`GammaChoice.pays`: large batches, a weak draft), the batch is decoded
+      plainly and `output.stats.gamma` is 0 (not with trace, adaptive or tree). That
+      costs a probe run and a few compilations per call: when decoding many batches,
+      tune once and pass the number. The gamma used is `output.stats.gamma`.
     max_new_tokens: tokens to generate per row at most (rows also end at the target's EOS).
     sampling: temperature / top-k / top-p, applied identically to draft and target.
       Temperature 0 decodes greedily and then equals greedy `generate` token for token.
@@ -79,7 +82,7 @@ def speculative_generate(
     and the SpeculativeTrace when asked for.
   """
   if isinstance(gamma, str) and gamma == "auto":
-    gamma = tune_gamma(
+    choice = tune_gamma(
       target,
       draft,
       prompts,
@@ -87,7 +90,17 @@ def speculative_generate(
       verification=verification,
       prompt_lengths=prompt_lengths,
       seed=seed,
-    ).gamma
+    )
+    if not (choice.pays or trace or adaptive or tree):  # plain decoding is faster here
+      return generate(
+        target,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        sampling=sampling,
+        seed=seed,
+        prompt_lengths=prompt_lengths,
+      )
+    gamma = choice.gamma
   elif isinstance(gamma, str):
     raise ValueError(f'gamma must be a positive int or "auto", got {gamma!r}')
   settings = SpeculativeSettings.of(

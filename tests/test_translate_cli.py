@@ -146,7 +146,25 @@ def test_gamma_auto_is_tuned_once_and_reported(bundle, capsys):
   assert main(argv) == 0
   err = capsys.readouterr().err
   assert "gamma auto -> " in err and "predicted speedup by gamma" in err
-  assert "identical to the target's own greedy output: yes" in err
+  spoke = "identical to the target's own greedy output: yes" in err, "decoding plainly" in err
+  assert sum(spoke) == 1  # speculated (and exact), or said it decodes plainly
+
+
+def test_a_batch_is_decoded_plainly_where_speculation_does_not_pay(bundle, capsys, monkeypatch):
+  """Several prompts and no --gamma: the gamma is tuned, and where no gamma is predicted
+  to pay the batch is decoded plainly, said on stderr."""
+  from specsample.bench import tuning
+
+  def no_gamma_pays(*args, **kwargs):
+    return tuning.GammaChoice(gamma=1, alpha=0.1, c=0.5, r={1: 2.0}, predicted_speedup={1: 0.6})
+
+  monkeypatch.setattr(tuning, "tune_gamma", no_gamma_pays)
+  argv = ["translate", "Open file", "Save all files", "--max-new-tokens", "8", "--repeats", "1"]
+  assert main(argv) == 0
+  captured = capsys.readouterr()
+  assert len(captured.out.strip().splitlines()) == 2
+  assert "decoding plainly" in captured.err and "plain decoding | " in captured.err
+  assert "alpha" not in captured.err.split("gamma auto -> ")[1].split("\n", 1)[1]
 
 
 def test_bench_command_writes_json_markdown_and_plots(bundle, capsys, tmp_path):

@@ -81,6 +81,28 @@ def test_speculative_generate_with_auto_uses_the_tuned_gamma(monkeypatch):
   assert plain.stats.gamma == 0
 
 
+def test_auto_decodes_plainly_where_no_gamma_pays(monkeypatch):
+  """Verifying 2+ tokens costs 3x one step and the draft a whole step: no gamma is
+  predicted to pay, so gamma="auto" decodes the batch plainly (stats.gamma 0), with the
+  target's own tokens; a cheap flat cost table speculates."""
+  target, draft = pair()
+  greedy = SamplingConfig(0.0)
+  synthetic_costs(monkeypatch, target, {k: 1.0 if k == 1 else 3.0 for k in range(1, 10)}, 1.0)
+  choice = tuning.tune_gamma(target, draft, PROMPTS, sampling=greedy)
+  assert not choice.pays and max(choice.predicted_speedup.values()) < 1
+  out = speculative_generate(
+    target, draft, PROMPTS, gamma="auto", max_new_tokens=12, sampling=greedy
+  )
+  plain = generate(target, PROMPTS, max_new_tokens=12, sampling=greedy)
+  assert out.stats.gamma == 0 and jnp.array_equal(out.tokens, plain.tokens)
+  traced = speculative_generate(
+    target, draft, PROMPTS, gamma="auto", max_new_tokens=12, sampling=greedy, trace=True
+  )
+  assert traced.stats.gamma >= 1 and traced.trace is not None  # a trace asks for speculation
+  synthetic_costs(monkeypatch, target, {k: 1.0 for k in range(1, 10)}, 0.01)
+  assert tuning.tune_gamma(target, draft, PROMPTS, sampling=greedy).pays
+
+
 def test_auto_gamma_with_real_timing_returns_a_valid_choice():
   target, draft = pair()
   choice = tuning.tune_gamma(target, draft, PROMPTS, max_gamma=3, repeats=2)

@@ -21,6 +21,10 @@ from specsample.decoding.inputs import check_positive_int, prepare_prompts
 
 PROBE_GAMMA = 4  # gamma of the alpha probe run
 PROBE_NEW_TOKENS = 32  # tokens per row of the alpha probe run (at most)
+# Speculate only where the model predicts at least this speedup: the loop delivers 0.75-0.9
+# of the model's prediction (sampling, verification, commits; docs/benchmarks.md,
+# "efficiency"), so a predicted 1.1x can measure below plain decoding.
+MIN_PREDICTED_SPEEDUP = 1.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +36,12 @@ class GammaChoice:
   c: float
   r: dict[int, float]  # gamma -> t_target(gamma + 1) / t_target(1)
   predicted_speedup: dict[int, float]  # gamma -> E[n + 1] / (gamma c + r)
+
+  @property
+  def pays(self) -> bool:
+    """Whether speculating is predicted to beat plain decoding by a margin the loop's
+    overhead leaves (MIN_PREDICTED_SPEEDUP at the chosen gamma)."""
+    return self.predicted_speedup[self.gamma] >= MIN_PREDICTED_SPEEDUP
 
 
 def tune_gamma(

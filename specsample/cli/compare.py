@@ -48,12 +48,14 @@ def compare(
   prompts,
   settings: SpeculativeSettings,
   *,
+  speculate: bool = True,
   seed: int = 0,
   repeats: int = 3,
   baseline: bool = True,
   prompt_lengths=None,
 ) -> Comparison:
-  """Decodes `prompts` speculatively and (if `baseline`) autoregressively, timing both."""
+  """Decodes `prompts` speculatively and (if `baseline`) autoregressively, timing both.
+  speculate False: plain decoding only (`settings` give its length and sampling)."""
 
   def speculative():
     return speculative_decode(
@@ -70,6 +72,13 @@ def compare(
       seed=seed,
     )
 
+  if not speculate:
+    (timing,), (out,) = time_calls([autoregressive], repeats=repeats)
+    return Comparison(
+      speculative=out, autoregressive=None, speculative_seconds=timing.median,
+      autoregressive_seconds=None, speculative_compile_seconds=timing.compile_seconds,
+      autoregressive_compile_seconds=None,
+    )  # fmt: skip
   calls = [speculative, autoregressive] if baseline else [speculative]
   timings, outputs = time_calls(calls, repeats=repeats)
   spec_timing, spec_out = timings[0], outputs[0]
@@ -86,6 +95,11 @@ def compare(
 
 def summary_line(comparison: Comparison) -> str:
   stats = comparison.speculative.stats
+  if stats.gamma == 0:  # decoded plainly
+    return (
+      f"plain decoding | {comparison.ms_per_token('speculative'):.1f} ms/token | "
+      f"compilation {comparison.speculative_compile_seconds:.1f} s (excluded)"
+    )
   parts = [
     f"alpha {stats.alpha:.2f}",
     f"tokens per target call {stats.tokens_per_target_call:.2f}",

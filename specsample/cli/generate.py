@@ -67,7 +67,8 @@ def run_translate(args) -> int:
   gamma = tuned_gamma(target, draft, prompts, args, default=recommended_gamma())
   settings = speculative_settings(args, gamma)
   comparison = compare(
-    target, draft, prompts, settings, seed=args.seed, repeats=args.repeats,
+    target, draft, prompts, settings, speculate=gamma is not None, seed=args.seed,
+    repeats=args.repeats,
     baseline=not args.no_baseline,
   )  # fmt: skip
   report(texts, comparison, vocab, args)
@@ -131,7 +132,8 @@ def run_generate(args) -> int:
   gamma = tuned_gamma(target, draft, prompts, args, default=pair.gamma, prompt_lengths=lengths)
   settings = speculative_settings(args, gamma)
   comparison = compare(
-    target, draft, prompts, settings, seed=args.seed, repeats=args.repeats,
+    target, draft, prompts, settings, speculate=gamma is not None, seed=args.seed,
+    repeats=args.repeats,
     baseline=not args.no_baseline, prompt_lengths=lengths,
   )  # fmt: skip
   report(texts, comparison, pair.tokenizer, args)

@@ -141,11 +141,12 @@ def sampling_of(args) -> SamplingConfig:
   return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
 
-def speculative_settings(args, gamma: int) -> SpeculativeSettings:
-  """The decoding options as the library's settings (which check themselves)."""
+def speculative_settings(args, gamma: int | None) -> SpeculativeSettings:
+  """The decoding options as the library's settings (which check themselves); gamma
+  None (plain decoding: `tuned_gamma`) keeps one draft token in them."""
   adaptive = getattr(args, "adaptive", None)
   return SpeculativeSettings.of(
-    gamma=gamma,
+    gamma=1 if gamma is None else gamma,
     max_new_tokens=args.max_new_tokens,
     sampling=sampling_of(args),
     verification=args.verification,
@@ -154,14 +155,17 @@ def speculative_settings(args, gamma: int) -> SpeculativeSettings:
   )
 
 
-def tuned_gamma(target, draft, prompts, args, *, default: int, prompt_lengths=None) -> int:
-  """--gamma: the number given, `default` without one, or with "auto" the gamma tuned on
-  these prompts (measured once, before the timed runs; said on stderr)."""
-  if args.gamma is None:
-    return default
-  if args.gamma != "auto":
-    return args.gamma
-  from specsample.bench.tuning import tune_gamma
+def tuned_gamma(target, draft, prompts, args, *, default: int, prompt_lengths=None) -> int | None:
+  """--gamma: the number given; without one, `default` for one prompt and "auto" for a
+  batch; with "auto" the gamma tuned on these prompts (measured once, before the timed
+  runs; said on stderr), or None where no gamma is predicted to pay (decode plainly)."""
+  gamma = args.gamma
+  if gamma is None:
+    speculative_only = getattr(args, "tree", None) or getattr(args, "adaptive", None)
+    gamma = "auto" if len(prompts) > 1 and not (args.trace or speculative_only) else default
+  if gamma != "auto":
+    return gamma
+  from specsample.bench.tuning import MIN_PREDICTED_SPEEDUP, tune_gamma
 
   choice = tune_gamma(
     target,
@@ -178,6 +182,14 @@ def tuned_gamma(target, draft, prompts, args, *, default: int, prompt_lengths=No
     f"r({choice.gamma + 1}) {choice.r[choice.gamma]:.2f}; predicted speedup by gamma {predicted})",
     file=sys.stderr,
   )
+  if not choice.pays and not args.trace:
+    print(
+      f"speculation is not predicted to pay for this batch (best {choice.gamma}: "
+      f"{choice.predicted_speedup[choice.gamma]:.2f}x, below "
+      f"{MIN_PREDICTED_SPEEDUP}x): decoding plainly",
+      file=sys.stderr,
+    )
+    return None
   return choice.gamma
 
 
