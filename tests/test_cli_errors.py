@@ -308,3 +308,27 @@ def test_bench_with_a_decoder_only_target_and_the_ngram_draft(tmp_path, capsys):
   assert report["num_prompts"] == 1 and report["title"].endswith("behind prompt lookup")
   code, err, _ = run([*argv, "--tasks", "summarize", "--overwrite"], capsys)
   assert code == 2 and "no inputs of the tasks summarize" in err[0]
+
+
+def test_bench_reads_spec_bench_questions_by_category(tmp_path):
+  """Spec-Bench's question.jsonl lines ("question_id", "category", "turns"): the first
+  turn is the prompt and --tasks filters by category; a line without a prompt is refused."""
+  from specsample.cli.bench import bench_inputs
+  from specsample.cli.options import UsageError
+
+  questions = tmp_path / "question.jsonl"
+  rows = [
+    {"question_id": 81, "category": "writing", "turns": ["Write a haiku.", "Now a limerick."]},
+    {"question_id": 161, "category": "translation", "turns": ["Translate: Hallo Welt"]},
+    {"question_id": 241, "category": "summarization", "turns": ["Summarize: a long text"]},
+  ]
+  questions.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+  assert bench_inputs(str(questions), 8) == [
+    "Write a haiku.", "Translate: Hallo Welt", "Summarize: a long text"
+  ]  # fmt: skip
+  assert bench_inputs(str(questions), 8, ["translation", "writing"]) == [
+    "Write a haiku.", "Translate: Hallo Welt"
+  ]  # fmt: skip
+  questions.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": []}) + "\n")
+  with pytest.raises(UsageError, match="'turns'"):
+    bench_inputs(str(questions), 8)

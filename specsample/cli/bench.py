@@ -16,8 +16,10 @@ REPORT_FILES = (
 
 def bench_inputs(input_file: str, num_prompts: int, tasks: list[str] | None = None) -> list[str]:
   """The first `num_prompts` inputs: lines of a text/TSV file (first column), or the
-  "prompt" fields of a JSONL file (like specsample/bundled/smollm2/prompts.jsonl), of the
-  lines whose "task" is in `tasks` if given."""
+  prompts of a JSONL file, of the lines whose task is in `tasks` if given. A JSONL line is
+  {"prompt", "task"} (specsample/bundled/smollm2/prompts.jsonl) or Spec-Bench's
+  {"question_id", "category", "turns"} (data/spec_bench/question.jsonl of
+  hemingkx/Spec-Bench: its first turn is the prompt, its category the task)."""
   import json
 
   path = pathlib.Path(input_file)
@@ -26,10 +28,13 @@ def bench_inputs(input_file: str, num_prompts: int, tasks: list[str] | None = No
   lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
   if path.suffix == ".jsonl":
     try:
-      records = [json.loads(line) for line in lines]
-      texts = [r["prompt"] for r in records if not tasks or r.get("task") in tasks]
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
-      message = f"{input_file}: every line needs a JSON object with a 'prompt' ({error})"
+      records = [_prompt_and_task(json.loads(line)) for line in lines]
+      texts = [prompt for prompt, task in records if not tasks or task in tasks]
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, IndexError) as error:
+      message = (
+        f"{input_file}: every line needs a JSON object with a 'prompt' (or Spec-Bench's "
+        f"'turns') ({error})"
+      )
       raise UsageError(message) from None
   elif tasks:
     raise UsageError("--tasks needs a JSONL input file (lines with 'prompt' and 'task')")
@@ -39,6 +44,17 @@ def bench_inputs(input_file: str, num_prompts: int, tasks: list[str] | None = No
     which = f" of the tasks {', '.join(tasks)}" if tasks else ""
     raise UsageError(f"no inputs{which} in {input_file}")
   return texts[:num_prompts]
+
+
+def _prompt_and_task(record: dict) -> tuple[str, str | None]:
+  """(prompt, task) of one JSONL record: ours ("prompt", "task") or Spec-Bench's ("turns":
+  the first turn; "category")."""
+  if "prompt" in record:
+    return str(record["prompt"]), record.get("task")
+  turns = record["turns"]
+  if not isinstance(turns, list) or not isinstance(turns[0], str):
+    raise TypeError(f"'turns' must be a list of strings, got {turns!r}")
+  return turns[0], record.get("category")
 
 
 def run_bench(args) -> int:

@@ -141,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
   bench.add_argument("--num-prompts", type=positive_int, default=8, help="inputs to use")
   bench.add_argument(
     "--tasks", type=lambda text: text.split(","), default=None,
-    help='JSONL inputs: only these tasks, e.g. "summarize,rewrite"',
+    help='JSONL inputs: only these tasks (Spec-Bench: categories), e.g. "summarize,rewrite"',
   )  # fmt: skip
   bench.add_argument("--gammas", type=int_list, default="1-10", help='e.g. "1-10" or "2,4,8"')
   bench.add_argument(
