@@ -49,7 +49,7 @@ def speculative_generate(
     gamma: draft tokens proposed per iteration (static), 1..64; or "auto": measure
       alpha, c and r on these prompts on this machine and take the gamma the speedup
       model prefers (`specsample.bench.tune_gamma`); where no gamma is predicted to pay
-      by a margin (`GammaChoice.pays`: large batches, a weak draft), the batch is decoded
+      by a margin (`GammaChoice.pays`: batches, a weak draft), the batch is decoded
       plainly and `output.stats.gamma` is 0 (not with trace, adaptive or tree). That
       costs a probe run and a few compilations per call: when decoding many batches,
       tune once and pass the number. The gamma used is `output.stats.gamma`.

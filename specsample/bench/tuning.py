@@ -22,9 +22,10 @@ from specsample.decoding.inputs import check_positive_int, prepare_prompts
 PROBE_GAMMA = 4  # gamma of the alpha probe run
 PROBE_NEW_TOKENS = 32  # tokens per row of the alpha probe run (at most)
 # Speculate only where the model predicts at least this speedup: the loop delivers 0.75-0.9
-# of the model's prediction (sampling, verification, commits; docs/benchmarks.md,
-# "efficiency"), so a predicted 1.1x can measure below plain decoding.
-MIN_PREDICTED_SPEEDUP = 1.25
+# of the model's prediction at batch 1 (sampling, verification, commits; docs/benchmarks.md,
+# "efficiency") and less in batches (SmolLM2 with its draft, 4 mixed prompts: predicted
+# 1.25x, measured 0.87x), so a predicted 1.25x can measure below plain decoding.
+MIN_PREDICTED_SPEEDUP = 1.4
 
 
 @dataclasses.dataclass(frozen=True)
