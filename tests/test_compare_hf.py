@@ -1,4 +1,5 @@
-"""scripts/compare_hf.py end to end on tiny random T5s (the four decoders agree greedily)."""
+"""scripts/compare/compare_hf.py end to end on tiny random T5s (the four decoders agree
+greedily)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_compare_hf_reports_all_four_decoders(tmp_path):
   save_hf_t5(draft, tmp_path / "draft")
   out = tmp_path / "report"
   argv = [
-    sys.executable, str(ROOT / "scripts" / "compare_hf.py"),
+    sys.executable, str(ROOT / "scripts" / "compare" / "compare_hf.py"),
     "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
     "--vocab", str(BUNDLE_DIR / "spiece.model"), "--input-file", str(SAMPLE),
     "--num-prompts", "2", "--max-new-tokens", "6", "--repeats", "1", "--gamma", "3",

@@ -138,7 +138,7 @@ def test_bad_paths_and_a_missing_bundle_are_reported(capsys, tmp_path, monkeypat
   assert "not a T5X checkpoint" in capsys.readouterr().err
   monkeypatch.setattr(bundled, "BUNDLE_DIR", tmp_path / "absent")
   assert main(["translate", "hello"]) == 2
-  assert "scripts/train_bundled.py" in capsys.readouterr().err
+  assert "scripts/train/train_bundled.py" in capsys.readouterr().err
 
 
 def test_gamma_auto_is_tuned_once_and_reported(bundle, capsys):

@@ -89,7 +89,7 @@ def load_ours() -> dict:
 
 
 def measure_ours(models: dict, rows, repeats: int) -> dict:
-  """{"ours FORMAT": {k: ms}} through scripts/measure_weight_formats.py's token products."""
+  """{"ours FORMAT": {k: ms}} through scripts/check/measure_weight_formats.py's token products."""
   formats = _load_script("measure_weight_formats", HERE.parent / "measure_weight_formats.py")
   table = formats.measure_products(models, rows, repeats)
   return {

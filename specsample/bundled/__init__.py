@@ -1,4 +1,4 @@
-"""The bundled T5 target/draft pairs (trained by scripts/train_bundled.py).
+"""The bundled T5 target/draft pairs (trained by scripts/train/train_bundled.py).
 
 - `ende/`: English->German (gettext messages), the default pair of `specsample translate`;
 - `docstrings/`: Python function source -> first docstring sentence ("summarize: "), the
@@ -42,7 +42,7 @@ def load_pair(dtype: str = "float32", name: str = "ende") -> tuple[T5, T5, Vocab
   if not available(name):
     raise FileNotFoundError(
       f"the bundled {name} pair is not in {directory}; build it with "
-      f"`python scripts/train_bundled.py --task {name}`"
+      f"`python scripts/train/train_bundled.py --task {name}`"
     )
   target = load_t5(directory / "target", dtype=dtype)
   draft = load_t5(directory / "draft", dtype=dtype)
@@ -50,7 +50,7 @@ def load_pair(dtype: str = "float32", name: str = "ende") -> tuple[T5, T5, Vocab
 
 
 def recommended_gamma(default: int = 4) -> int:
-  """The gamma scripts/evaluate_bundled.py found best for the pair (speedup model with
+  """The gamma scripts/train/evaluate_bundled.py found best for the pair (speedup model with
   measured alpha, c and r), or `default`."""
   path = BUNDLE_DIR / "metrics.json"
   if not path.exists():
@@ -129,7 +129,7 @@ def load_smollm2_pair(
     script = "train_smollm2_feature_draft.py" if kind == "feature" else "train_smollm2_draft.py"
     raise FileNotFoundError(
       f"the bundled SmolLM2 {kind} draft is not in {smollm2_draft_dir(kind)}; build it with "
-      f"`python scripts/{script}`"
+      f"`python scripts/train/{script}`"
     )
   target = load_model(target_path, dtype=dtype, gguf_blocks=gguf_blocks, activations=activations)
   if kind == "feature":

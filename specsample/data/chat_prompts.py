@@ -1,6 +1,6 @@
 """Chat prompts built offline from text every Debian machine with Python has.
 
-The prompts of the SmolLM2 draft's distillation (scripts/train_smollm2_draft.py) and of its
+The prompts of the SmolLM2 draft's distillation (scripts/train/train_smollm2_draft.py) and of its
 bench set (`specsample/bundled/smollm2/prompts.jsonl`): user messages for an instruct
 model, in varied task templates over real text:
 

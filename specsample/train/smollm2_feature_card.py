@@ -232,7 +232,7 @@ predictions (teacher-forced tokens; with the cache of a real drafted block):
   (training-time test, as EAGLE-3) read the draft's own predictions with the cache of a
   real drafted block: without them the draft's second proposal was accepted far less often
   than its first.
-- Commands: `python scripts/train_smollm2_feature_draft.py --work out/smollm2_feature_draft
+- Commands: `python scripts/train/train_smollm2_feature_draft.py --work out/smollm2_feature_draft
   --stages prompts,generate,vocab,train,export --generate-minutes 70 --train-steps 800
   --train-minutes 40 --learning-rate 2e-3 --cls-weight 1.0`, then (the second stage, from
   the first's draft copied to out/stage1_draft, in a work directory with the same shards,

@@ -1,5 +1,5 @@
 """The bundled feature-level draft of SmolLM2-135M-Instruct (EAGLE-style), trained on this
-machine (its command line is scripts/train_smollm2_feature_draft.py).
+machine (its command line is scripts/train/train_smollm2_feature_draft.py).
 
 The draft reads the target's features (its final-normed hidden states, the output layer's
 input) of the committed text and predicts the next feature with one decoder layer; the
@@ -61,7 +61,7 @@ BENCH_REPORTS = (
 
 @dataclasses.dataclass(frozen=True)
 class FeatureDraftOptions:
-  """The pipeline's settings: the flags of scripts/train_smollm2_feature_draft.py."""
+  """The pipeline's settings: the flags of scripts/train/train_smollm2_feature_draft.py."""
 
   work: str = "out/smollm2_feature_draft"  # the stages' files
   bundle: str = BUNDLE  # where the draft and its card go

@@ -136,7 +136,7 @@ responses, by task:
   {t["settings"]["prompt_weight"]}; AdamW, warmup + cosine, batch {t["settings"]["batch_size"]},
   learning rate {t["settings"]["learning_rate"]}; {t["steps"]} steps in {t["minutes"]} min
   (final loss {t["final_loss"]:.3f}).
-- Command: `python scripts/train_smollm2_draft.py --work out/smollm2_draft` (the generation
+- Command: `python scripts/train/train_smollm2_draft.py --work out/smollm2_draft` (the generation
   and training stages are capped by wall-clock minutes, so a rerun on a busier or faster
   machine ends with a different amount of data and steps), then the two bench commands in
   the script's docstring and `--stages card`.

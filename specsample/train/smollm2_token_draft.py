@@ -1,5 +1,5 @@
 """The bundled token-level draft of SmolLM2-135M-Instruct, trained on this machine
-(DistillSpec; its command line is scripts/train_smollm2_draft.py).
+(DistillSpec; its command line is scripts/train/train_smollm2_draft.py).
 
 Stages (`TokenDraftOptions.stages`; each resumes from what `work` already holds):
   1. prompts   chat prompts from this machine's text (specsample.data.chat_prompts): the
@@ -56,7 +56,7 @@ MAX_BENCH_PROMPT_TOKENS = 320
 
 @dataclasses.dataclass(frozen=True)
 class TokenDraftOptions:
-  """The pipeline's settings: the flags of scripts/train_smollm2_draft.py."""
+  """The pipeline's settings: the flags of scripts/train/train_smollm2_draft.py."""
 
   work: str = "out/smollm2_draft"  # the stages' files
   bundle: str = BUNDLE  # where the draft and its card go

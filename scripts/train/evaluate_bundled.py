@@ -5,7 +5,7 @@ BLEU (sacrebleu, default 13a tokenization) of greedy decoding by the target and 
 draft alone, alpha and tokens per target call of the pair (gamma 4, temperatures 0 and
 1), and c (draft step / target step, measured on this machine).
 
-  python scripts/evaluate_bundled.py [--json metrics.json] [--write-card]
+  python scripts/train/evaluate_bundled.py [--json metrics.json] [--write-card]
 
 --write-card rewrites specsample/bundled/ende/metrics.json and MODEL_CARD.md from this
 run (training facts are kept from the existing metrics.json).
@@ -35,8 +35,8 @@ def write_card(metrics: dict) -> None:
     m=merged,
     t=merged["target_config"],
     d=merged["draft_config"],
-    target_training=training.get("target", "see scripts/train_bundled.py"),
-    draft_training=training.get("draft", "see scripts/train_bundled.py"),
+    target_training=training.get("target", "see scripts/train/train_bundled.py"),
+    draft_training=training.get("draft", "see scripts/train/train_bundled.py"),
     train_pairs=training.get("train_pairs", "?"),
     train_minutes=round(training.get("target_minutes", 0) + training.get("draft_minutes", 0)),
     machine=f"{platform.machine()} ({platform.processor() or 'CPU'})",

@@ -7,7 +7,7 @@ No parameter is allocated (`specsample.scaling.abstract`): each row is a lowerin
 compilation for this machine's backend, with XLA's memory analysis next to
 `specsample plan`'s estimate.
 
-  python scripts/compile_paper_programs.py --out docs/bench/paper_programs.json
+  python scripts/check/compile_paper_programs.py --out docs/bench/paper_programs.json
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ Stages (each resumes from what --work already holds):
 The stages are specsample.train.smollm2_token_draft (and smollm2_token_card); this script
 is their command line.
 
-  python scripts/train_smollm2_draft.py --work out/smollm2_draft
-  python scripts/train_smollm2_draft.py --work /tmp/tiny --train-prompts 16 \\
+  python scripts/train/train_smollm2_draft.py --work out/smollm2_draft
+  python scripts/train/train_smollm2_draft.py --work /tmp/tiny --train-prompts 16 \\
       --generate-minutes 1 --train-minutes 1 --bench-prompts 4 --bundle /tmp/tiny/bundle
 """
 
@@ -33,7 +33,7 @@ import sys
 from specsample.train.smollm2_data import StageError
 from specsample.train.smollm2_token_draft import TokenDraftOptions, run
 
-BUNDLE = os.path.join(os.path.dirname(__file__), "..", "specsample", "bundled", "smollm2")
+BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bundled", "smollm2")
 
 
 def main(argv=None) -> int:

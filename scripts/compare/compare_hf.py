@@ -13,8 +13,8 @@ compared token for token across all four. Batch > 1 (which HF assisted generatio
 not support) is timed for ours speculative vs ours and HF plain batch decoding.
 
   pip install -e ".[hf]"
-  python scripts/compare_hf.py                      # the bundled pair, 16 test sentences
-  python scripts/compare_hf.py --target T --draft D --vocab spiece.model --input-file X
+  python scripts/compare/compare_hf.py                      # the bundled pair, 16 test sentences
+  python scripts/compare/compare_hf.py --target T --draft D --vocab spiece.model --input-file X
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ each row of it equals that row multiplied alone. Then, per format, the ms per k-
 of all its matrices (chained in one program, medians of --repeats) against the same
 matrices in float32. Prints a table; --out writes it as JSON.
 
-  python scripts/check_gguf_blocks.py model.Q4_K_M.gguf --out result.json
+  python scripts/check/check_gguf_blocks.py model.Q4_K_M.gguf --out result.json
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ prompt at batch 1 speculatively and plainly with the same pair, side by side in 
 (compilation excluded, runs interleaved, medians). Prints one row per task and overall:
 mean accepted tokens per target call (tau), ms/token of both decoders and their ratio.
 
-  python scripts/spec_bench.py /path/to/question.jsonl --per-category 4 \
+  python scripts/compare/spec_bench.py /path/to/question.jsonl --per-category 4 \
       --max-new-tokens 128 --out docs/bench/spec_bench.json
 """
 

@@ -10,7 +10,7 @@ compared at every response position: KL(exact || int8) (llama.cpp's perplexity t
 divergence" against its f16 base) and top-1 agreement. Then both decode greedily on their
 own: how many responses differ, and where the first difference falls.
 
-  python scripts/measure_activation_quality.py [--max-new-tokens 128] \
+  python scripts/check/measure_activation_quality.py [--max-new-tokens 128] \
       [--out docs/bench/activation_quality.json]
 """
 
@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def main() -> int:

@@ -8,9 +8,9 @@ Trees get the same verified-token budget as the chain: K chains of gamma / K tok
 gamma + 1 tokens per target call, as the chain of gamma does. Adaptive drafting gets the
 chain's gamma as its maximum. Greedy outputs are checked against plain greedy decoding.
 
-  python scripts/compare_draft_shapes.py --pair smollm2 --gamma 4 --chains 2 4 \
+  python scripts/compare/compare_draft_shapes.py --pair smollm2 --gamma 4 --chains 2 4 \
       --num-prompts 8 --stride 5 --max-new-tokens 64 --out docs/bench/draft_shapes/smollm2.json
-  python scripts/compare_draft_shapes.py --pair ende --gamma 4 --chains 2 4 \
+  python scripts/compare/compare_draft_shapes.py --pair ende --gamma 4 --chains 2 4 \
       --out docs/bench/draft_shapes/ende.json
 """
 

@@ -12,8 +12,8 @@ Stages (each skipped when its output already exists in --work, so a run can resu
   5. evaluate  BLEU (sacrebleu) of both on the test split, alpha of the pair
   6. bundle    float16 safetensors + spiece.model + card    -> specsample/bundled/<task>/
 
-  python scripts/train_bundled.py --work out/bundled [--target-steps 3800 --draft-minutes 12]
-  python scripts/train_bundled.py --task docstrings --work out/docstrings \
+  python scripts/train/train_bundled.py --work out/bundled [--target-steps 3800 --draft-minutes 12]
+  python scripts/train/train_bundled.py --task docstrings --work out/docstrings \
       --target-steps 1400 --draft-minutes 8
 """
 
@@ -69,9 +69,9 @@ DRAFT_CONFIG = T5Config(
   num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),
   tie_word_embeddings=False,
 )  # fmt: skip
-# Equal encoder and decoder depths: transformers' generate (which scripts/compare_hf.py
+# Equal encoder and decoder depths: transformers' generate (which scripts/compare/compare_hf.py
 # runs on the same weights) fails with a KV cache when the two differ.
-BUNDLED = os.path.join(os.path.dirname(__file__), "..", "specsample", "bundled")
+BUNDLED = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bundled")
 
 
 def log(message: str) -> None:

@@ -26,7 +26,7 @@ our plain decoder of the same arithmetic (it must be every prompt); "== exact" e
 decoder with ours_plain_exact (the float32 arithmetic; 8-bit activations may differ).
 
   pip install -e ".[llamacpp]"   # builds llama.cpp (CMAKE_ARGS="-DGGML_NATIVE=ON": ~6 min)
-  python scripts/compare_llama_cpp.py [--num-prompts 8] [--max-new-tokens 64] [--gamma 3] \
+  python scripts/compare/compare_llama_cpp.py [--num-prompts 8] [--max-new-tokens 64] [--gamma 3] \
       [--threads 2] [--out docs/bench/llama_cpp_smollm2.json]
 """
 
@@ -38,7 +38,7 @@ import os
 import pathlib
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def load_prompts(path: pathlib.Path, tokenizer, count: int, stride: int) -> list[list[int]]:

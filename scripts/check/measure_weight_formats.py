@@ -12,7 +12,7 @@ Two parts, one run:
    lookup off) of the first N shipped prompts, per format, ms/token and whether the
    speculative output equals the plain output.
 
-  python scripts/measure_weight_formats.py --prompts 6 --out docs/bench/weight_formats.json
+  python scripts/check/measure_weight_formats.py --prompts 6 --out docs/bench/weight_formats.json
 """
 
 from __future__ import annotations

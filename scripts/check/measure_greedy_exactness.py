@@ -9,9 +9,9 @@ falls, and whether the plain output itself changed with the batch size. In bfloa
 (gamma + 1)-token verify call and a one-token step sum in different orders, so a near-tie
 of the two best tokens can flip; this measures how often it does.
 
-  python scripts/measure_greedy_exactness.py --out docs/bench/greedy_exactness.json
-  python scripts/measure_greedy_exactness.py --dtypes bfloat16-weights --pairs ende docstrings \
-    --out docs/bench/greedy_exactness_bf16_weights.json
+  python scripts/check/measure_greedy_exactness.py --out docs/bench/greedy_exactness.json
+  python scripts/check/measure_greedy_exactness.py --dtypes bfloat16-weights \
+    --pairs ende docstrings --out docs/bench/greedy_exactness_bf16_weights.json
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Every decoder of a prompt is timed in the same rounds (bench.timing.time_calls: 
 warm-up/compiling call each, then `--repeats` rounds); medians are summed over prompts.
 Greedy outputs are compared token for token with ours_plain.
 
-  python scripts/compare_transformers_llm.py [--num-prompts 8] [--max-new-tokens 64] \
+  python scripts/compare/compare_transformers_llm.py [--num-prompts 8] [--max-new-tokens 64] \
       [--gamma 4] [--draft bundled|none] [--out docs/bench/transformers_smollm2.json]
 """
 
@@ -30,7 +30,7 @@ import pathlib
 import sys
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def hf_generate(model, prompt: list[int], max_new_tokens: int, eos: int, **extra) -> list[int]:
