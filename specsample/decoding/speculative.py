@@ -25,7 +25,6 @@ from specsample.core.contract import LanguageModel, prompt_pad_id
 from specsample.decoding.commit import commit
 from specsample.decoding.counters import LoopCounters
 from specsample.decoding.drafters import make_drafter
-from specsample.decoding.drafters.features import path_then_y
 from specsample.decoding.inputs import make_key, prepare_prompts
 from specsample.decoding.outputs import GenerationOutput, SpeculativeTrace, raise_on_nonfinite
 from specsample.decoding.settings import MAX_GAMMA, SpeculativeSettings
@@ -88,7 +87,7 @@ def _speculative_loop(
     bad = verdict.target_bad | verdict.draft_bad  # such rows commit nothing and stop
     # 4. Commit x_1..x_n, y.
     tokens, lengths, done = commit(
-      s.tokens, s.lengths, s.done | bad, path_then_y(verdict.path, n, y), n + 1,
+      s.tokens, s.lengths, s.done | bad, verdict.committed(), n + 1,
       eos_id=target.eos_id,
     )  # fmt: skip
     # 5. Rewind both caches to the committed prefix.

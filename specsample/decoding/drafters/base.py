@@ -68,6 +68,12 @@ class Verdict:
   num_proposed: jax.Array | None = None  # int32[batch]: tokens proposed (a tree's K * gamma)
   chosen: jax.Array | None = None  # int32[batch]: the chain the path followed (trees)
 
+  def committed(self) -> jax.Array:
+    """x_1..x_n, y, then padding: int32[batch, gamma + 1] (the first n + 1 are real)."""
+    offsets = jnp.arange(self.path.shape[1] + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
+    y_at_n = offsets == self.n[:, None]
+    return jnp.where(y_at_n, self.y[:, None], jnp.pad(self.path, ((0, 0), (0, 1))))
+
 
 class Drafter(Protocol):
   """Steps 1, 2, 3 and 5 of one iteration for one draft shape (see the module doc)."""

@@ -50,12 +50,6 @@ def catch_up_with_features(
   return jax.lax.switch(widest - 1, [caller(k) for k in range(1, width + 1)], draft_state)
 
 
-def path_then_y(path: jax.Array, n: jax.Array, y: jax.Array) -> jax.Array:
-  """x_1..x_n, y, padding: int32[batch, gamma] path, n, y int32[batch] -> [batch, gamma + 1]."""
-  offsets = jnp.arange(path.shape[1] + 1, dtype=jnp.int32)[None, :]  # [1, gamma + 1]
-  return jnp.where(offsets == n[:, None], y[:, None], jnp.pad(path, ((0, 0), (0, 1))))
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class FeatureDrafter(ChainDrafter):
   """A chain of gamma tokens from a draft that reads the target's features."""
@@ -107,7 +101,7 @@ class FeatureDrafter(ChainDrafter):
     draft_end = state.model_state.end_index  # [batch]: before this iteration's catch-up
     kept = draft_end + state.num_pending
     model_state = self.draft.rewind(proposal.model_state, jnp.where(active, kept, draft_end))
-    pending = path_then_y(verdict.path, verdict.n, verdict.y)
+    pending = verdict.committed()
     return target_state, state.replace(
       model_state=model_state,
       pending=jnp.where(active[:, None], pending, state.pending),
