@@ -40,6 +40,8 @@ class SpeculativeSettings:
     record_trace: record every iteration's draft tokens, accepted count and next token.
     shape: the draft's shape: None (one chain of gamma tokens), `AdaptiveDraft` (up to
       gamma per row) or `DraftTree` (K chains verified as a tree).
+    stream: each iteration hands its kept tokens to the host (decoding.streaming: one
+      ordered callback per iteration; off, none is compiled in).
   """
 
   gamma: int
@@ -48,6 +50,7 @@ class SpeculativeSettings:
   rule: str | VerificationRule = "token"
   record_trace: bool = False
   shape: DraftShape | None = None
+  stream: bool = False
 
   def __post_init__(self):
     gamma = self.gamma
@@ -100,6 +103,7 @@ class SpeculativeSettings:
       self, "rule", "greedy" if sampling.is_greedy and not callable(rule) else rule
     )
     object.__setattr__(self, "record_trace", bool(self.record_trace))
+    object.__setattr__(self, "stream", bool(self.stream))
 
   @classmethod
   def of(
