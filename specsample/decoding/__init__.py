@@ -2,7 +2,7 @@
 
 from specsample.decoding.adaptive import AdaptiveDraft
 from specsample.decoding.autoregressive import generate
-from specsample.decoding.drafters import DraftTree
+from specsample.decoding.drafters import DraftTree, DynamicTree
 from specsample.decoding.outputs import (
   DecodingStats,
   GenerationOutput,
@@ -17,6 +17,7 @@ __all__ = [
   "AdaptiveDraft",
   "DecodingStats",
   "DraftTree",
+  "DynamicTree",
   "GenerationOutput",
   "NonFiniteLogitsError",
   "SpeculativeTrace",

@@ -27,6 +27,7 @@ from typing import NamedTuple, Self
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 # The logical axes of a cache array, for a partitioning's `constrain` (scaling.rules).
@@ -153,8 +154,9 @@ def causal_mask(positions: jax.Array, capacity: int, window: int | None = None) 
 
 def tree_mask(layout, start: int, k: int, end_index: jax.Array, capacity: int):
   """Positions and visibility of k tree slots start..start+k-1 of `layout` (a
-  core.tree.TreeLayout), written at end_index + slot, after a committed prefix ending at
-  end_index int32[batch].
+  core.tree.TreeLayout, the same for every row, or a core.dynamic_tree.RowTrees, each
+  row's own), written at end_index + slot, after a committed prefix ending at end_index
+  int32[batch].
 
   Returns query positions int32[batch, k] (end + depth), the position of every cache entry
   int32[batch, capacity] (tree entries: end + their depth; others: their index) and
@@ -162,14 +164,25 @@ def tree_mask(layout, start: int, k: int, end_index: jax.Array, capacity: int):
   query itself or its ancestors.
   """
   size = start + k  # tree slots written so far, this call's included
-  depths = jnp.asarray(layout.depths[:size], jnp.int32)
-  ancestors = jnp.asarray(layout.ancestors[start:size, :size])  # [k, size]
   keys = jnp.arange(capacity, dtype=jnp.int32)[None, :]  # [1, capacity]
   offset = keys - end_index[:, None]  # [batch, capacity]
   in_tree = (offset >= 0) & (offset < size)
   slot = jnp.clip(offset, 0, size - 1)
-  key_positions = jnp.where(in_tree, end_index[:, None] + depths[slot], keys)
-  query_positions = end_index[:, None] + depths[start:size][None, :]
-  sees_slot = jnp.moveaxis(jnp.take(ancestors, slot, axis=1), 0, 1)  # [batch, k, capacity]
+  if isinstance(layout.depths, np.ndarray):  # one static layout for every row
+    depths = jnp.asarray(layout.depths[:size], jnp.int32)
+    ancestors = jnp.asarray(layout.ancestors[start:size, :size])  # [k, size]
+    key_positions = jnp.where(in_tree, end_index[:, None] + depths[slot], keys)
+    query_positions = end_index[:, None] + depths[start:size][None, :]
+    sees_slot = jnp.moveaxis(jnp.take(ancestors, slot, axis=1), 0, 1)  # [batch, k, capacity]
+  else:  # each row's own layout (core.dynamic_tree.RowTrees)
+    depths = layout.depths[:, :size]  # [batch, size]
+    ancestors = layout.ancestors[:, start:size, :size]  # [batch, k, size]
+    key_positions = jnp.where(
+      in_tree, end_index[:, None] + jnp.take_along_axis(depths, slot, 1), keys
+    )
+    query_positions = end_index[:, None] + depths[:, start:size]
+    sees_slot = jnp.take_along_axis(
+      ancestors, jnp.broadcast_to(slot[:, None], (slot.shape[0], k, capacity)), 2
+    )
   allowed = (offset < 0)[:, None, :] | (in_tree[:, None, :] & sees_slot)
   return query_positions, key_positions, allowed

@@ -146,9 +146,13 @@ class MarkovLM:
     written = state.end_index[:, None] + start + jnp.arange(k, dtype=jnp.int32)
     cache = state.tokens.at[rows, written].set(tokens.astype(jnp.int32), mode="drop")
     context = []
+    slots = start + jnp.arange(k, dtype=jnp.int32)
     for back in range(self.order - 1, -1, -1):  # cache index end + (slot, or -m in the prefix)
-      offsets = jnp.asarray([layout.back(start + i, back) for i in range(k)], jnp.int32)
-      source = state.end_index[:, None] + offsets[None, :]  # [batch, k]
+      if isinstance(layout, TreeLayout):  # one static layout for every row
+        offsets = jnp.asarray([layout.back(start + i, back) for i in range(k)], jnp.int32)[None]
+      else:  # each row's own (core.dynamic_tree.RowTrees)
+        offsets = layout.back(jnp.broadcast_to(slots, (batch, k)), back)  # [batch, k]
+      source = state.end_index[:, None] + offsets  # [batch, k]
       read = jnp.take_along_axis(cache, jnp.maximum(source, 0), axis=1)
       context.append(jnp.where(source >= 0, read, _BEFORE_START_TOKEN))
     return self.logits_table[tuple(context)], state.replace(tokens=cache)

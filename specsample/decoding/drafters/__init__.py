@@ -7,6 +7,7 @@ from specsample.core.contract import uses_target_features
 from specsample.decoding.drafters.adaptive import AdaptiveDrafter
 from specsample.decoding.drafters.base import Drafter, Proposal, Scored, Verdict
 from specsample.decoding.drafters.chain import ChainDrafter
+from specsample.decoding.drafters.dynamic_tree import DynamicTree, DynamicTreeDrafter
 from specsample.decoding.drafters.features import FeatureDrafter
 from specsample.decoding.drafters.tree import DraftTree, TreeDrafter
 
@@ -14,12 +15,15 @@ from specsample.decoding.drafters.tree import DraftTree, TreeDrafter
 def make_drafter(draft, settings) -> Drafter:
   """The drafter of `settings.shape` (decoding.settings.SpeculativeSettings) for this
   draft model: a chain (a feature draft's, when the draft reads the target's features),
-  adaptive length, or a tree. A new draft shape adds its case here; the loop is the same."""
+  adaptive length, a tree of chains, or a dynamic tree. A new draft shape adds its case
+  here; the loop is the same."""
   common = dict(draft=draft, gamma=settings.gamma, sampling=settings.sampling, rule=settings.rule)
   if settings.adaptive is not None:
     return AdaptiveDrafter(**common, adaptive=settings.adaptive)
   if settings.tree is not None:
     return TreeDrafter(**common, tree=settings.tree)
+  if settings.dynamic_tree is not None:
+    return DynamicTreeDrafter(**common, tree=settings.dynamic_tree)
   if uses_target_features(draft):
     return FeatureDrafter(**common)
   return ChainDrafter(**common)
@@ -30,6 +34,8 @@ __all__ = [
   "ChainDrafter",
   "DraftTree",
   "Drafter",
+  "DynamicTree",
+  "DynamicTreeDrafter",
   "FeatureDrafter",
   "Proposal",
   "Scored",

@@ -1,0 +1,227 @@
+"""A dynamic draft tree (EAGLE-2 style), as a drafter: each row grows its own tree of the
+draft's most likely continuations, and the target scores all of it in ONE call.
+
+  1. Draft: catch up; the root's `branching` most likely children form depth 1. Each
+     further depth (up to gamma) is ONE tree-shaped draft call over the current frontier
+     (the `branching` best nodes of the last depth, by cumulative draft log-probability),
+     whose nodes each offer their `branching` most likely children. Of every node offered,
+     the `nodes` with the highest cumulative log-probability make the tree (a child never
+     scores above its parent, so the chosen nodes hang together).
+  2. Target: ONE tree-shaped call over [last, the chosen nodes] (core.dynamic_tree.RowTrees,
+     each row's own layout).
+  3. Verify: greedy keeps the deepest path matching the target's argmax; at temperature > 0
+     multi-candidate rejection sampling from the root down (core.dynamic_tree), exact for
+     candidates chosen without looking at the target.
+  5. Both caches keep only the accepted path (`keep_path`); the draft owes y (and x_n
+     when it never ran x_n).
+
+Models need `extend_tree` and `keep_path` that take a RowTrees layout (T5, DecoderOnly,
+MarkovLM).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specsample.core.dynamic_tree import RowTrees, verify_dynamic_greedy, verify_dynamic_sampling
+from specsample.core.sampling import logits_to_probs, nonfinite_logits
+from specsample.decoding.drafters.base import Proposal, Scored, Verdict, bad_logits_used
+from specsample.decoding.drafters.chain import ChainDrafter, ChainState, catch_up
+
+MAX_NODES = 64
+MAX_BRANCHING = 8
+_FLOOR = -1e4  # log-probabilities are clamped here (p = 0, or a NaN), so scores stay ordered
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicTree:
+  """Static settings of dynamic-tree drafting: `nodes` draft tokens per row and iteration
+  (the target scores nodes + 1 positions in one call), grown `branching` children at a
+  time; the tree's depth is the settings' gamma."""
+
+  nodes: int = 16
+  branching: int = 4
+
+  def __post_init__(self):
+    for name, value, top in (
+      ("nodes", self.nodes, MAX_NODES),
+      ("branching", self.branching, MAX_BRANCHING),
+    ):
+      if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+        raise ValueError(f"DynamicTree.{name} must be an int in 1..{top}, got {value!r}")
+
+  def offered(self, depth: int) -> int:
+    """Nodes offered to the choice by a tree of this depth: the root's children, then
+    `branching` children of each of `branching` frontier nodes per further depth."""
+    return self.branching + (depth - 1) * self.branching**2
+
+
+@struct.dataclass(kw_only=True)
+class DynamicProposal(Proposal):
+  """A dynamic tree: tokens int32[batch, nodes] (slots 1..nodes of `trees`, whose slot 0
+  is the root), and where each node's draft keys/values lie."""
+
+  trees: RowTrees  # [batch, nodes + 1]: the target call's layout
+  draft_slots: jax.Array  # int32[batch, nodes + 1]: each slot's draft tree slot (-1: none)
+
+
+def _log_probs(logits: jax.Array, sampling) -> jax.Array:
+  """The draft's log-probabilities that rank nodes (at temperature 0: of its logits as
+  they are), floored and NaN-free.  [..., vocab] -> [..., vocab]."""
+  if sampling.is_greedy:
+    log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  else:
+    log_p = jnp.log(logits_to_probs(logits, sampling))
+  return jnp.maximum(jnp.nan_to_num(log_p, nan=_FLOOR), _FLOOR)
+
+
+def _pick(values: jax.Array, index: jax.Array) -> jax.Array:
+  """values[b, index[b, j]].  [batch, n, ...], int32[batch, k] -> [batch, k, ...]."""
+  return jnp.take_along_axis(values, index.reshape(index.shape + (1,) * (values.ndim - 2)), 1)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DynamicTreeDrafter(ChainDrafter):
+  """Each row's own tree of `tree.nodes` draft tokens, at most gamma deep."""
+
+  tree: DynamicTree = DynamicTree()
+
+  @property
+  def _draft_slots(self) -> int:
+    return (self.gamma - 1) * self.tree.branching  # the frontiers the draft ran
+
+  def cache_positions(self, max_new_tokens: int) -> int:
+    return max_new_tokens + max(self.tree.nodes + 1, self._draft_slots + 2) + 1
+
+  def propose(self, state: ChainState, active, key) -> Proposal:
+    del key  # the tree is the draft's most likely nodes: no draws
+    depth, width, sampling = self.gamma, self.tree.branching, self.sampling
+    first_logits, draft_state = catch_up(
+      self.draft, state.model_state, state.pending, jnp.where(active, state.num_pending, 0)
+    )  # [batch, vocab]
+    batch = first_logits.shape[0]
+    scores, tokens = jax.lax.top_k(_log_probs(first_logits, sampling), width)  # [batch, w]
+    # The offered nodes ("pool"), depth by depth; parents are pool indices (-1: the root).
+    pool_tokens, pool_scores = [tokens], [scores]
+    pool_parents = [jnp.full((batch, width), -1, jnp.int32)]
+    pool_bad = [jnp.broadcast_to(nonfinite_logits(first_logits)[:, None], (batch, width))]
+    ran = jnp.arange(width, dtype=jnp.int32) if depth > 1 else jnp.full((width,), -1, jnp.int32)
+    pool_draft_slots = [jnp.broadcast_to(ran, (batch, width))]  # depth 1 runs when gamma > 1
+    frontier = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), (batch, width))  # pool index
+    draft_parents = jnp.full((batch, max(self._draft_slots, 1)), -1, jnp.int32)
+    offset = width
+    for d in range(2, depth + 1):  # static: one tree call over depth d - 1's frontier
+      start = (d - 2) * width  # the frontier's draft slots
+      trees = RowTrees.from_parents(draft_parents, depth)
+      logits, draft_state = self.draft.extend_tree(draft_state, tokens, trees, start)
+      child_scores, child_tokens = jax.lax.top_k(_log_probs(logits, sampling), width)  # [b, w, w]
+      child_scores = (scores[:, :, None] + child_scores).reshape(batch, width * width)
+      child_tokens = child_tokens.reshape(batch, width * width)
+      pool_tokens.append(child_tokens)
+      pool_scores.append(child_scores)
+      pool_parents.append(jnp.repeat(frontier, width, axis=1))
+      pool_bad.append(jnp.repeat(nonfinite_logits(logits), width, axis=1))
+      no_slot = jnp.full((batch, width * width), -1, jnp.int32)
+      if d < depth:  # the next frontier: depth d's best nodes, run at the next call
+        scores, best = jax.lax.top_k(child_scores, width)  # [batch, w]
+        tokens = jnp.take_along_axis(child_tokens, best, axis=1)
+        frontier = offset + best
+        slots = start + width + jnp.arange(width, dtype=jnp.int32)
+        draft_parents = draft_parents.at[:, slots].set(start + best // width)
+        pool_draft_slots.append(
+          no_slot.at[jnp.arange(batch)[:, None], best].set(jnp.broadcast_to(slots, (batch, width)))
+        )
+      else:
+        pool_draft_slots.append(no_slot)
+      offset += width * width
+
+    # The tree: the `nodes` best offered nodes, in pool order (parents before children).
+    pool_scores = jnp.concatenate(pool_scores, axis=1)  # [batch, pool]
+    chosen = jnp.sort(jax.lax.top_k(pool_scores, self.tree.nodes)[1], axis=1)  # [batch, nodes]
+    rows = jnp.arange(batch)[:, None]
+    slot_of = (
+      jnp.zeros_like(pool_scores, jnp.int32)
+      .at[rows, chosen]
+      .set(jnp.arange(1, self.tree.nodes + 1, dtype=jnp.int32))
+    )  # [batch, pool]: each chosen node's slot in the target call (0: not chosen)
+    parent = jnp.take_along_axis(jnp.concatenate(pool_parents, axis=1), chosen, axis=1)
+    parent_slot = jnp.where(
+      parent < 0, 0, jnp.take_along_axis(slot_of, jnp.maximum(parent, 0), axis=1)
+    )
+    root = jnp.full((batch, 1), -1, jnp.int32)
+    trees = RowTrees.from_parents(jnp.concatenate([root, parent_slot], axis=1), depth)
+    draft_slots = jnp.take_along_axis(jnp.concatenate(pool_draft_slots, axis=1), chosen, axis=1)
+    return DynamicProposal(
+      tokens=jnp.take_along_axis(jnp.concatenate(pool_tokens, axis=1), chosen, axis=1),
+      probs=None,
+      bad=jnp.take_along_axis(jnp.concatenate(pool_bad, axis=1), chosen, axis=1),
+      num_drafted=None,
+      steps=depth,
+      model_state=draft_state,
+      trees=trees,
+      draft_slots=jnp.concatenate([root, draft_slots], axis=1),
+    )
+
+  def score(self, target, target_state, last_token, proposal: DynamicProposal, active) -> Scored:
+    """ONE target call over [last, the nodes] -> logits [batch, nodes + 1, vocab]."""
+    tokens = jnp.concatenate([last_token[:, None], proposal.tokens], axis=1)
+    logits, target_state = target.extend_tree(target_state, tokens, proposal.trees, 0)
+    return Scored(logits=logits, target_state=target_state)
+
+  def verify(self, key, proposal: DynamicProposal, scored: Scored, active) -> Verdict:
+    depth, trees = self.gamma, proposal.trees
+    tokens = jnp.pad(proposal.tokens, ((0, 0), (1, 0)))  # [batch, nodes + 1]: slot 0 the root
+    if self.sampling.is_greedy:
+      n, slot, y = verify_dynamic_greedy(tokens, trees, scored.logits, depth)
+    else:
+      q = logits_to_probs(scored.logits, self.sampling)  # [batch, nodes + 1, vocab]
+      n, slot, y = verify_dynamic_sampling(key, tokens, trees, q, depth, self.tree.branching)
+    path = trees.path_to(slot, depth)  # [batch, depth]: slots of depth 1..n, then 0
+    along = jnp.concatenate([jnp.zeros_like(path[:, :1]), path], axis=1)  # [batch, depth + 1]
+    bad = jnp.pad(proposal.bad, ((0, 0), (1, 0)))
+    target_bad, draft_bad = bad_logits_used(
+      _pick(scored.logits, along), jnp.take_along_axis(bad, path, axis=1), n, active
+    )
+    within = jnp.arange(1, depth + 1)[None, :] <= n[:, None]
+    return Verdict(
+      n=n,
+      y=y,
+      path=jnp.where(within, jnp.take_along_axis(tokens, path, axis=1), 0),  # [batch, depth]
+      num_drafted=jnp.full_like(n, depth),
+      target_bad=target_bad,
+      draft_bad=draft_bad,
+      num_proposed=jnp.full_like(n, self.tree.nodes),
+      chosen=slot,
+    )
+
+  def advance(self, state: ChainState, target, target_state, proposal, scored, verdict, active):
+    """The target keeps last and the path's n nodes; the draft keeps the path's nodes it
+    ran (x_1..x_{n-1} always, x_n when it was a frontier node) and owes y (and x_n)."""
+    depth, n, pad = self.gamma, verdict.n, target.pad_id
+    path = proposal.trees.path_to(verdict.chosen, depth)  # [batch, depth]
+    along = jnp.concatenate([jnp.zeros_like(path[:, :1]), path], axis=1)  # [batch, depth + 1]
+    target_state = target.keep_path(scored.target_state, along, jnp.where(active, n + 1, 0))
+    model_state = proposal.model_state
+    x_n = jnp.take_along_axis(verdict.path, jnp.maximum(n - 1, 0)[:, None], axis=1)[:, 0]
+    ran_x_n = (n > 0) & (
+      jnp.take_along_axis(proposal.draft_slots, verdict.chosen[:, None], 1)[:, 0] >= 0
+    )
+    owes_two = (n > 0) & ~ran_x_n
+    if depth > 1:
+      slots = jnp.maximum(jnp.take_along_axis(proposal.draft_slots, path[:, : depth - 1], 1), 0)
+      kept = jnp.where(active, jnp.where(owes_two, n - 1, n), 0)
+      model_state = self.draft.keep_path(model_state, slots, kept)
+    pending = jnp.where(
+      owes_two[:, None],
+      jnp.stack([x_n, verdict.y], 1),
+      jnp.stack([verdict.y, jnp.full_like(n, pad)], 1),
+    )
+    return target_state, state.replace(
+      model_state=model_state,
+      pending=jnp.where(active[:, None], pending, state.pending),
+      num_pending=jnp.where(active, jnp.where(owes_two, 2, 1), state.num_pending),
+    )
