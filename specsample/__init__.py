@@ -16,6 +16,7 @@ from specsample.decoding import (
   SpeculativeSettings,
   generate,
 )
+from specsample.decoding.streaming import TokenStream, stream
 
 __version__ = "0.1.0"
 
@@ -28,9 +29,11 @@ __all__ = [
   "NonFiniteLogitsError",
   "SamplingConfig",
   "SpeculativeSettings",
+  "TokenStream",
   "generate",
   "load_model",
   "load_t5",
   "load_tokenizer",
   "speculative_generate",
+  "stream",
 ]

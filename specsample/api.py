@@ -22,6 +22,7 @@ from specsample.decoding import (
   speculative_decode,
 )
 from specsample.decoding.inputs import check_sampling
+from specsample.decoding.streaming import OnTokens
 
 
 def speculative_generate(
@@ -38,6 +39,7 @@ def speculative_generate(
   trace: bool = False,
   adaptive: AdaptiveDraft | bool | None = None,
   tree: DraftTree | int | None = None,
+  on_tokens: OnTokens | None = None,
 ) -> GenerationOutput:
   """Speculative sampling: the output is distributed exactly as `generate(target, ...)`.
 
@@ -75,6 +77,11 @@ def speculative_generate(
       longest match wins); needs
       models with `extend_tree` / `keep_path` (T5, DecoderOnly, MarkovLM). The trace
       records the chain the accepted path followed.
+    on_tokens: `on_tokens(row, token_ids)`, called from inside the compiled loop with
+      each row's newly accepted tokens (only those kept: none past max_new_tokens or the
+      row's EOS), in order; concatenated per row they are the row's output. A separate
+      compiled program with the same tokens (`specsample.decoding.streaming`; `stream`
+      for an iterator).
 
   Returns:
     GenerationOutput: tokens int32[batch, max_new_tokens] (pad after each row's end),
@@ -99,6 +106,7 @@ def speculative_generate(
         sampling=sampling,
         seed=seed,
         prompt_lengths=prompt_lengths,
+        on_tokens=on_tokens,
       )
     gamma = choice.gamma
   elif isinstance(gamma, str):
@@ -113,5 +121,6 @@ def speculative_generate(
     tree=tree,
   )
   return speculative_decode(
-    target, draft, prompts, settings, seed=seed, prompt_lengths=prompt_lengths
-  )
+    target, draft, prompts, settings, seed=seed, prompt_lengths=prompt_lengths,
+    on_tokens=on_tokens,
+  )  # fmt: skip

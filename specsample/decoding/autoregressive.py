@@ -1,4 +1,7 @@
-"""Plain autoregressive decoding: the baseline, as one compiled `lax.while_loop`."""
+"""Plain autoregressive decoding: the baseline, as one compiled `lax.while_loop`.
+
+With streaming on, each step hands its kept token per row to the host (decoding.streaming).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from specsample.decoding.inputs import (
   prepare_prompts,
 )
 from specsample.decoding.outputs import DecodingStats, GenerationOutput, raise_on_nonfinite
+from specsample.decoding.streaming import OnTokens, emit, open_stream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +32,7 @@ class AutoregressiveSettings:
 
   max_new_tokens: int
   sampling: SamplingConfig
+  stream: bool = False  # each step calls the host with its kept tokens (decoding.streaming)
 
 
 @struct.dataclass(kw_only=True)
@@ -49,6 +54,7 @@ def _generate_loop(
   prompt_lengths: jax.Array,
   key: jax.Array,
   settings: AutoregressiveSettings,
+  stream_id: jax.Array | None = None,
 ) -> tuple[GenerationOutput, jax.Array]:
   batch = prompts.shape[0]
   model_state, pending = model.init_state(prompts, prompt_lengths, settings.max_new_tokens)
@@ -74,6 +80,8 @@ def _generate_loop(
     tokens, lengths, done = commit(
       s.tokens, s.lengths, s.done | nonfinite, token[:, None], num_valid, eos_id=model.eos_id
     )
+    if settings.stream:  # [batch, 1] and the count kept per row (0 or 1)
+      emit(stream_id, token[:, None], lengths - s.lengths)
     return s.replace(
       model_state=model_state,
       last_token=jnp.where(active, token, s.last_token),
@@ -111,6 +119,7 @@ def generate(
   sampling: SamplingConfig | None = None,
   seed: int | jax.Array = 0,
   prompt_lengths=None,
+  on_tokens: OnTokens | None = None,
 ) -> GenerationOutput:
   """Autoregressive decoding of `model`: one forward pass per generated token.
 
@@ -121,6 +130,9 @@ def generate(
     max_new_tokens: tokens to generate per row at most (rows also end at EOS).
     sampling: temperature / top-k / top-p; default temperature 1. Temperature 0 = greedy.
     seed: int or jax PRNG key. The same seed gives the same output.
+    on_tokens: `on_tokens(row, token_ids)`, called from inside the loop with each row's
+      newly kept token as it is generated (decoding.streaming); a separate compiled
+      program, whose tokens equal those of the one without.
 
   Returns:
     GenerationOutput with tokens int32[batch, max_new_tokens] (pad after each row's end),
@@ -130,6 +142,7 @@ def generate(
   settings = AutoregressiveSettings(
     max_new_tokens=check_positive_int("max_new_tokens", max_new_tokens),
     sampling=check_sampling(sampling),
+    stream=on_tokens is not None,
   )
   prompts, prompt_lengths = prepare_prompts(
     prompts,
@@ -139,6 +152,12 @@ def generate(
     prompt_pad_id=prompt_pad_id(model),
   )
   key = make_key(seed)  # after every input check: a key is a first computation
-  output, nonfinite = _generate_compiled(model, prompts, prompt_lengths, key, settings)
+  if settings.stream:
+    with open_stream(on_tokens) as stream_id:
+      output, nonfinite = jax.block_until_ready(
+        _generate_compiled(model, prompts, prompt_lengths, key, settings, stream_id)
+      )
+  else:
+    output, nonfinite = _generate_compiled(model, prompts, prompt_lengths, key, settings)
   raise_on_nonfinite({"model": nonfinite})
   return output

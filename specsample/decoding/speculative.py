@@ -10,11 +10,13 @@ drafter does steps 1, 2, 3 and 5 for its draft shape):
      the draft still owes.
 
 Between iterations the target cache holds every committed token but `last_token`; the
-drafter's state says what its draft has seen.
+drafter's state says what its draft has seen. With `settings.stream`, step 4 also hands
+each row's kept tokens to the host (decoding.streaming), in the same program.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -28,6 +30,7 @@ from specsample.decoding.drafters import make_drafter
 from specsample.decoding.inputs import make_key, prepare_prompts
 from specsample.decoding.outputs import GenerationOutput, SpeculativeTrace, raise_on_nonfinite
 from specsample.decoding.settings import MAX_GAMMA, SpeculativeSettings
+from specsample.decoding.streaming import OnTokens, emit, open_stream
 
 __all__ = ["MAX_GAMMA", "SpeculativeSettings", "speculative_decode", "speculative_program"]
 
@@ -54,7 +57,10 @@ def _speculative_loop(
   prompt_lengths: jax.Array,
   key: jax.Array,
   settings: SpeculativeSettings,
+  stream_id: jax.Array | None = None,
 ) -> tuple[GenerationOutput, dict[str, jax.Array]]:
+  if settings.stream and stream_id is None:
+    raise ValueError("settings.stream needs a stream_id (decoding.streaming.open_stream)")
   drafter = make_drafter(draft, settings)
   batch = prompts.shape[0]
   num_new_positions = drafter.cache_positions(settings.max_new_tokens)
@@ -90,6 +96,8 @@ def _speculative_loop(
       s.tokens, s.lengths, s.done | bad, verdict.committed(), n + 1,
       eos_id=target.eos_id,
     )  # fmt: skip
+    if settings.stream:  # the kept tokens: a prefix of x_1..x_n, y per row
+      emit(stream_id, verdict.committed(), lengths - s.lengths)
     # 5. Rewind both caches to the committed prefix.
     target_state, drafter_state = drafter.advance(
       s.drafter, target, s.target_state, proposal, scored, verdict, active
@@ -147,9 +155,10 @@ def _empty_trace(batch: int, settings: SpeculativeSettings) -> SpeculativeTrace:
 
 speculative_program = jax.jit(_speculative_loop, static_argnames=("settings",))
 """The compiled loop: (target, draft, prompts int32[batch, length], prompt_lengths
-int32[batch], key, settings) -> (GenerationOutput, nonfinite flags {"target", "draft":
-bool[batch]}). One compiled program per settings and shapes; `.lower(...)` compiles from
-shapes alone (scaling.abstract)."""
+int32[batch], key, settings[, stream_id int32[]]) -> (GenerationOutput, nonfinite flags
+{"target", "draft": bool[batch]}). One compiled program per settings and shapes;
+`.lower(...)` compiles from shapes alone (scaling.abstract). With `settings.stream`, the
+stream id of `decoding.streaming.open_stream` names the host sink of the call."""
 
 
 def speculative_decode(
@@ -160,11 +169,16 @@ def speculative_decode(
   *,
   seed: int | jax.Array = 0,
   prompt_lengths=None,
+  on_tokens: OnTokens | None = None,
 ) -> GenerationOutput:
   """Speculative sampling with settings made once (`SpeculativeSettings`): checks the
   pair against them, prepares the prompts (as `specsample.speculative_generate` reads
   them), runs the compiled loop and raises `NonFiniteLogitsError` for rows whose logits
-  went bad. `specsample.speculative_generate` is the same with keyword arguments."""
+  went bad. `specsample.speculative_generate` is the same with keyword arguments.
+
+  `on_tokens(row, token_ids)` is called from inside the loop with each row's newly kept
+  tokens as they are accepted (it turns `settings.stream` on; decoding.streaming).
+  `settings.stream` without `on_tokens` runs the streaming program and drops the tokens."""
   if not isinstance(settings, SpeculativeSettings):
     raise TypeError(f"settings must be a SpeculativeSettings, got {type(settings).__name__}")
   settings.check_pair(target, draft)
@@ -176,6 +190,13 @@ def speculative_decode(
     prompt_pad_id=prompt_pad_id(target),
   )
   key = make_key(seed)  # after every input check: a key is a first computation
-  output, nonfinite = speculative_program(target, draft, prompts, prompt_lengths, key, settings)
+  if on_tokens is None and not settings.stream:
+    output, nonfinite = speculative_program(target, draft, prompts, prompt_lengths, key, settings)
+  else:
+    settings = dataclasses.replace(settings, stream=True)
+    with open_stream(on_tokens) as stream_id:
+      output, nonfinite = jax.block_until_ready(
+        speculative_program(target, draft, prompts, prompt_lengths, key, settings, stream_id)
+      )
   raise_on_nonfinite(nonfinite)
   return output
