@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           config.max_examples = args.max_examples
           config.workdir = os.path.join(args.out, config.name)
           grid.append((task, resolve(config)))
-      require_modules(extra_modules(grid[-1][1]))
+    require_modules(dict.fromkeys(name for _, pipeline in grid for name in extra_modules(pipeline)))
     reports, models, loaded = [], None, None  # models: loaded once per pair, shared by its runs
     for task, pipeline in grid:
       workdir.append(pipeline.workdir)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -19,6 +20,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 MINIATURE = str(ROOT / "configs" / "miniature_ende.py")
 TABLE2 = str(ROOT / "configs" / "table2" / "ende_t5_small_t0.py")
 INSTALL = 'pip install -e ".[eval]"'
+EXTRA = ("seqio", "tensorflow", "tensorflow_datasets")  # rouge_score is in the test extra too
+
+
+def not_importable(names) -> list[str]:
+  """Those of `names` this process cannot import (hidden ones included)."""
+  return [name for name in names if importlib.util.find_spec(name) is None]
+
+
+def named_missing(line: str, prog: str) -> list[str]:
+  """The modules a "PROG: a, b and c are not installed; ..." line names."""
+  assert line.startswith(f"{prog}: ") and " not installed; " in line, line
+  listed = line.removeprefix(f"{prog}: ").split(" not installed; ")[0]
+  return re.split(r", | and ", listed.removesuffix(" is").removesuffix(" are"))
 
 
 def load_script(name: str):
@@ -103,24 +117,44 @@ def test_eval_interrupted_says_how_to_resume(capsys, tmp_path, monkeypatch):
   assert line.endswith(f"{tmp_path / 'examples.jsonl'} (finished examples are kept)")
 
 
+ROUGE_CONFIG = str(ROOT / "configs" / "miniature_docstrings.py")  # a ROUGE task
+
+
 @pytest.mark.parametrize(
   ("hidden", "config"),
   [
     ("seqio", MINIATURE),
     ("tensorflow", MINIATURE),
     ("tensorflow_datasets", MINIATURE),
-    ("rouge_score", str(ROOT / "configs" / "miniature_docstrings.py")),  # a ROUGE task
+    ("rouge_score", ROUGE_CONFIG),
   ],
 )
 @pytest.mark.parametrize("dry_run", [True, False])
-def test_eval_without_the_eval_extra_says_how_to_install_it(
+def test_eval_without_a_module_of_the_extra_names_every_missing_one(
   capsys, tmp_path, monkeypatch, hidden, config, dry_run
 ):
+  """One module hidden: the message names it and every other module of the extra this
+  install lacks (with the extra: the hidden one alone; without: seqio's three too)."""
   monkeypatch.setitem(sys.modules, hidden, None)  # `import <hidden>` fails
+  needed = (*EXTRA, "rouge_score") if config == ROUGE_CONFIG else EXTRA
   argv = ["eval.py", f"--config={config}", f"--config.workdir={tmp_path}"]
   assert eval_script.main(argv + ["--dry_run"] * dry_run) == 2
   line = one_line(capsys)
-  assert line.startswith(f"eval.py: {hidden} is not installed") and line.endswith(INSTALL)
+  assert named_missing(line, "eval.py") == not_importable(needed)
+  assert hidden in named_missing(line, "eval.py") and line.endswith(INSTALL)
+
+
+@pytest.mark.parametrize("config", [MINIATURE, ROUGE_CONFIG])
+def test_eval_in_an_install_without_the_extra_names_all_its_modules(
+  capsys, tmp_path, monkeypatch, config
+):
+  """The README's install (`.[dev]`: rouge-score, no seqio or TensorFlow), in any install."""
+  for name in EXTRA:
+    monkeypatch.setitem(sys.modules, name, None)
+  assert eval_script.main(["eval.py", f"--config={config}", f"--config.workdir={tmp_path}"]) == 2
+  line = one_line(capsys)
+  assert line.startswith("eval.py: seqio, tensorflow and tensorflow_datasets are not installed;")
+  assert line.endswith(INSTALL)
 
 
 @pytest.mark.parametrize(
@@ -152,7 +186,8 @@ def test_miniature_without_rouge_says_how_to_install_it(capsys, tmp_path, monkey
   monkeypatch.setitem(sys.modules, "rouge_score", None)
   assert miniature_script.main(["--out", str(tmp_path)]) == 2
   line = one_line(capsys)
-  assert line.startswith("miniature.py: rouge_score is not installed") and INSTALL in line
+  assert named_missing(line, "miniature.py") == not_importable((*EXTRA, "rouge_score"))
+  assert "rouge_score" in named_missing(line, "miniature.py") and INSTALL in line
 
 
 @pytest.mark.parametrize(
@@ -160,6 +195,11 @@ def test_miniature_without_rouge_says_how_to_install_it(capsys, tmp_path, monkey
   [
     (ConfigError("bad\nfield"), 2, "p: bad field"),
     (MissingExtraError(errors.missing_extra_message("seqio")), 2, "p: seqio is not installed"),
+    (
+      MissingExtraError(errors.missing_extra_message(["seqio", "tensorflow", "rouge_score"])),
+      2,
+      "p: seqio, tensorflow and rouge_score are not installed; ",
+    ),
     # An import of the extra failing inside (a broken install), not caught up front.
     (ModuleNotFoundError("no", name="tensorflow.python"), 2, "p: tensorflow is not installed"),
     (KeyboardInterrupt(), 130, "p: interrupted; rerun the same command to resume from w/x"),
@@ -197,7 +237,7 @@ INTERRUPT = (
   ("setup", "script", "args", "code", "message"),
   [
     ("", "eval.py", [f"--config={MINIATURE}", "--config.gamma=0"], 2, "eval.py: gamma must be"),
-    (HIDE_SEQIO, "eval.py", [f"--config={MINIATURE}", "--dry_run"], 2, "eval.py: seqio is not"),
+    (HIDE_SEQIO, "eval.py", [f"--config={MINIATURE}", "--dry_run"], 2, "eval.py: seqio"),
     (INTERRUPT, "eval.py", [f"--config={MINIATURE}"], 130, "eval.py: interrupted; rerun"),
     ("", "miniature.py", ["--tasks", "xsum"], 2, "miniature.py: unknown miniature 'xsum'"),
   ],

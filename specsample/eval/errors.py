@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 # The modules of the eval extra (pyproject.toml: specsample[eval]).
 EXTRA_MODULES = ("seqio", "tensorflow", "tensorflow_datasets", "rouge_score")
@@ -28,23 +28,37 @@ class MissingExtraError(ConfigError):
   """A module of the eval extra is not installed."""
 
 
-def missing_extra_message(module: str) -> str:
+def missing_extra_message(modules: str | Sequence[str]) -> str:
+  """The message for missing modules of the eval extra, naming every one of them (a user
+  then sees that one install fixes them all)."""
+  names = [modules] if isinstance(modules, str) else list(modules)
+  listed = names[-1] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+  verb = "is" if len(names) == 1 else "are"
   return (
-    f"{module} is not installed; the eval needs the eval extra (seqio, TensorFlow, TFDS, "
+    f"{listed} {verb} not installed; the eval needs the eval extra (seqio, TensorFlow, TFDS, "
     f"rouge-score): {INSTALL_EXTRA}"
   )
 
 
-def require_modules(names: Iterable[str]) -> None:
-  """Raises MissingExtraError for the first of `names` that cannot be imported (looked up
-  without importing it: TensorFlow takes seconds to import)."""
+def missing_modules(names: Iterable[str]) -> list[str]:
+  """The `names` that cannot be imported, in order (looked up without importing them:
+  TensorFlow takes seconds to import)."""
+  missing = []
   for name in names:
     try:
       found = importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):  # a parent package missing, or no __spec__
       found = False
     if not found:
-      raise MissingExtraError(missing_extra_message(name))
+      missing.append(name)
+  return missing
+
+
+def require_modules(names: Iterable[str]) -> None:
+  """Raises MissingExtraError naming every one of `names` that cannot be imported."""
+  missing = missing_modules(names)
+  if missing:
+    raise MissingExtraError(missing_extra_message(missing))
 
 
 def _extra_module(error: BaseException) -> str | None:
