@@ -14,6 +14,7 @@ from specsample.core.contract import uses_target_features
 from specsample.core.sampling import SamplingConfig
 from specsample.core.verification import VERIFICATION_RULES, VerificationRule
 from specsample.decoding.adaptive import AdaptiveDraft
+from specsample.decoding.drafters.dynamic_tree import DynamicTree
 from specsample.decoding.drafters.tree import DraftTree, supports_trees
 from specsample.decoding.inputs import (
   check_feature_pair,
@@ -24,7 +25,7 @@ from specsample.decoding.inputs import (
 
 MAX_GAMMA = 64  # draft tokens per iteration at most (the paper's best are 3-7)
 
-DraftShape = AdaptiveDraft | DraftTree  # None: one chain of gamma tokens
+DraftShape = AdaptiveDraft | DraftTree | DynamicTree  # None: one chain of gamma tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +33,8 @@ class SpeculativeSettings:
   """Static settings of `speculative_generate`'s compiled program.
 
   Attributes:
-    gamma: draft tokens per iteration (a tree's chain length; adaptive's maximum), 1..64.
+    gamma: draft tokens per iteration (a tree's chain length or a dynamic tree's depth;
+      adaptive's maximum), 1..64.
     max_new_tokens: tokens to generate per row at most.
     sampling: temperature / top-k / top-p, applied identically to draft and target.
     rule: "token", "block", "greedy", or a callable rule; a built-in rule becomes
@@ -83,11 +85,24 @@ class SpeculativeSettings:
       )
     shape = self.shape
     if shape is not None and not isinstance(shape, DraftShape):
-      raise TypeError(f"shape must be an AdaptiveDraft, a DraftTree or None, got {shape!r}")
+      raise TypeError(
+        f"shape must be an AdaptiveDraft, a DraftTree, a DynamicTree or None, got {shape!r}"
+      )
     if isinstance(shape, AdaptiveDraft) and callable(rule):
       raise ValueError(
         "adaptive draft length works with the built-in rules ('token', 'block', greedy); "
         "a custom rule sees fixed-length drafts only"
+      )
+    if isinstance(shape, DynamicTree) and (callable(rule) or rule == "block"):
+      raise ValueError(
+        "dynamic trees are verified by rejection sampling down the tree (greedy at "
+        "temperature 0); verification must be 'token' (the default) with them"
+      )
+    if isinstance(shape, DynamicTree) and shape.nodes > shape.offered(gamma):
+      raise ValueError(
+        f"a dynamic tree {gamma} deep with branching {shape.branching} offers "
+        f"{shape.offered(gamma)} nodes, fewer than nodes={shape.nodes}: raise gamma or "
+        "branching, or lower nodes"
       )
     if isinstance(shape, DraftTree) and (callable(rule) or rule == "block"):
       raise ValueError(
@@ -115,10 +130,10 @@ class SpeculativeSettings:
     verification: str | VerificationRule = "token",
     trace: bool = False,
     adaptive: AdaptiveDraft | bool | None = None,
-    tree: DraftTree | int | None = None,
+    tree: DraftTree | DynamicTree | int | None = None,
   ) -> SpeculativeSettings:
     """The settings of `speculative_generate`'s keyword arguments (adaptive=True takes
-    AdaptiveDraft's defaults; tree=K, K chains)."""
+    AdaptiveDraft's defaults; tree=K, K chains; tree=DynamicTree(nodes=N), a dynamic tree)."""
     if adaptive is True:
       adaptive = AdaptiveDraft()
     elif adaptive is False:
@@ -127,8 +142,10 @@ class SpeculativeSettings:
       raise TypeError(f"adaptive must be an AdaptiveDraft, True, False or None, got {adaptive!r}")
     if isinstance(tree, int) and not isinstance(tree, bool):
       tree = None if tree == 1 else DraftTree(num_chains=tree)
-    if tree is not None and not isinstance(tree, DraftTree):
-      raise TypeError(f"tree must be a DraftTree or a number of chains, got {tree!r}")
+    if tree is not None and not isinstance(tree, DraftTree | DynamicTree):
+      raise TypeError(
+        f"tree must be a DraftTree, a DynamicTree or a number of chains, got {tree!r}"
+      )
     if adaptive is not None and tree is not None:
       raise ValueError("adaptive draft length and tree drafts cannot be combined (yet)")
     return cls(
@@ -147,6 +164,10 @@ class SpeculativeSettings:
   @property
   def tree(self) -> DraftTree | None:
     return self.shape if isinstance(self.shape, DraftTree) else None
+
+  @property
+  def dynamic_tree(self) -> DynamicTree | None:
+    return self.shape if isinstance(self.shape, DynamicTree) else None
 
   def check_pair(self, target, draft) -> None:
     """Raises a clear error if this target and draft cannot decode with these settings."""
@@ -168,6 +189,23 @@ class SpeculativeSettings:
           raise ValueError(
             f"the {role} model ({type(model).__name__}) has no extend_tree/keep_path, which "
             "tree drafts need (T5, DecoderOnly and MarkovLM have them)"
+          )
+    dynamic = self.dynamic_tree
+    if dynamic is not None:
+      if dynamic.branching > target.vocab_size:
+        raise ValueError(
+          f"dynamic tree branching {dynamic.branching} exceeds the vocabulary {target.vocab_size}"
+        )
+      if uses_target_features(draft):
+        raise ValueError(
+          "dynamic trees take a token-level draft; this draft reads the target's features "
+          "(use it with a chain, or a DraftTree)"
+        )
+      for role, model in (("target", target), ("draft", draft)):
+        if not supports_trees(model):
+          raise ValueError(
+            f"the {role} model ({type(model).__name__}) has no extend_tree/keep_path, which "
+            "dynamic trees need (T5, DecoderOnly and MarkovLM have them)"
           )
     if uses_target_features(draft):
       check_feature_pair(target, draft, adaptive=self.adaptive, tree=tree)
