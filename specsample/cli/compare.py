@@ -4,6 +4,13 @@ Used by `specsample translate` and `specsample generate`: both decoders run on t
 prompts in the same process; each is called once to compile (reported separately), then
 `repeats` rounds time each once in turn (bench.timing.time_calls: a slow spell of a
 shared machine lands on both); the medians give the measured speedup.
+
+Streaming (`on_tokens`) applies to the decode whose output is printed (speculative, or
+plain when speculation is off): its first call hands the tokens to `on_tokens` as they
+are accepted, and its timed runs run the same streaming program with the tokens dropped,
+so the times include the per-iteration host callback but not what the sink does with
+the tokens (printing happens in the first call, compilation included, which is not
+timed). The baseline never streams.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import dataclasses
 
 from specsample.bench import time_calls
 from specsample.decoding import GenerationOutput, SpeculativeSettings, generate, speculative_decode
+from specsample.decoding.streaming import OnTokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,14 +61,21 @@ def compare(
   repeats: int = 3,
   baseline: bool = True,
   prompt_lengths=None,
+  on_tokens: OnTokens | None = None,
 ) -> Comparison:
   """Decodes `prompts` speculatively and (if `baseline`) autoregressively, timing both.
-  speculate False: plain decoding only (`settings` give its length and sampling)."""
+  speculate False: plain decoding only (`settings` give its length and sampling).
+  `on_tokens`: the first call of the printed decode streams its tokens to it."""
+  sinks = iter([on_tokens] if on_tokens is not None else [])
+
+  def streamed():  # the first call's sink, then one that drops the tokens
+    return next(sinks, _drop) if on_tokens is not None else None
 
   def speculative():
     return speculative_decode(
-      target, draft, prompts, settings, seed=seed, prompt_lengths=prompt_lengths
-    )
+      target, draft, prompts, settings, seed=seed, prompt_lengths=prompt_lengths,
+      on_tokens=streamed(),
+    )  # fmt: skip
 
   def autoregressive():
     return generate(
@@ -73,7 +88,14 @@ def compare(
     )
 
   if not speculate:
-    (timing,), (out,) = time_calls([autoregressive], repeats=repeats)
+
+    def plain():
+      return generate(
+        target, prompts, prompt_lengths=prompt_lengths, max_new_tokens=settings.max_new_tokens,
+        sampling=settings.sampling, seed=seed, on_tokens=streamed(),
+      )  # fmt: skip
+
+    (timing,), (out,) = time_calls([plain], repeats=repeats)
     return Comparison(
       speculative=out, autoregressive=None, speculative_seconds=timing.median,
       autoregressive_seconds=None, speculative_compile_seconds=timing.compile_seconds,
@@ -91,6 +113,10 @@ def compare(
     speculative_compile_seconds=spec_timing.compile_seconds,
     autoregressive_compile_seconds=ar_timing.compile_seconds if ar_timing else None,
   )
+
+
+def _drop(row: int, tokens: list[int]) -> None:
+  """A sink that drops the tokens (the timed runs of a streaming decode)."""
 
 
 def summary_line(comparison: Comparison) -> str:

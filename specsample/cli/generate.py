@@ -1,6 +1,7 @@
 """`specsample generate` (any checkpoint pair, decoder-only or T5) and `specsample
 translate` (the bundled English->German T5 pair): the outputs, then alpha, tokens per
-target call and the speedup over the target alone, measured in the same run."""
+target call and the speedup over the target alone, measured in the same run. With one
+input and stdout a terminal, the text is printed as the loop accepts it (`StreamedText`)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,55 @@ from specsample.cli.options import (
 from specsample.decoding import SpeculativeSettings
 
 
-def report(texts, comparison: Comparison, tokenizer, args) -> None:
+class StreamedText:
+  """Prints one row's text as its tokens are accepted (a sink for `on_tokens`).
+
+  Each call decodes the row so far and writes what the text gained, so a character whose
+  bytes span several tokens appears once it is whole (the decoded text is held back while
+  it ends in U+FFFD). `finish` writes the rest of the final text and the newline: the
+  terminal then holds exactly the text printed without streaming.
+  """
+
+  def __init__(self, tokenizer, out):
+    self.tokenizer, self.out = tokenizer, out
+    self.tokens: list[int] = []
+    self.printed = ""
+
+  def __call__(self, row: int, tokens: list[int]) -> None:
+    self.tokens += tokens
+    self._write(self.tokenizer.decode(self.tokens).rstrip("\ufffd"))
+
+  def _write(self, text: str) -> None:
+    if len(text) > len(self.printed) and text.startswith(self.printed):
+      self.out.write(text[len(self.printed) :])
+      self.out.flush()
+      self.printed = text
+
+  def finish(self, tokens) -> None:
+    text = self.tokenizer.decode(tokens)
+    if not text.startswith(self.printed):  # decoding rewrote printed text: print it anew
+      self.out.write("\n")
+      self.printed = ""
+    self._write(text)
+    self.out.write("\n")
+    self.out.flush()
+
+
+def text_stream(texts, tokenizer, args) -> StreamedText | None:
+  """The sink that streams the text: one input, stdout a terminal, no --no-stream, no
+  --mesh (an ordered host callback needs a single-device program)."""
+  if not getattr(args, "stream", True) or len(texts) != 1 or getattr(args, "mesh", None):
+    return None
+  return StreamedText(tokenizer, sys.stdout) if sys.stdout.isatty() else None
+
+
+def report(texts, comparison: Comparison, tokenizer, args, streamed=None) -> None:
   outputs = comparison.speculative.sequences()[: len(texts)]  # rows padded for a mesh go
   for source, tokens in zip(texts, outputs, strict=True):
-    print(tokenizer.decode(tokens))
+    if streamed is not None:
+      streamed.finish(tokens)
+    else:
+      print(tokenizer.decode(tokens))
     if len(texts) > 1:
       print(f"  (from: {source})", file=sys.stderr)
   print(summary_line(comparison), file=sys.stderr)
@@ -66,12 +112,13 @@ def run_translate(args) -> int:
   prompts = [vocab.encode(TASK_PREFIX + text) for text in texts]
   gamma = tuned_gamma(target, draft, prompts, args, default=recommended_gamma())
   settings = speculative_settings(args, gamma)
+  streamed = text_stream(texts, vocab, args)
   comparison = compare(
     target, draft, prompts, settings, speculate=gamma is not None, seed=args.seed,
     repeats=args.repeats,
-    baseline=not args.no_baseline,
+    baseline=not args.no_baseline, on_tokens=streamed,
   )  # fmt: skip
-  report(texts, comparison, vocab, args)
+  report(texts, comparison, vocab, args, streamed)
   if args.trace:
     title = f"translate: {texts[0]}"
     write_trace(target, draft, prompts, settings, args.seed, vocab, args.trace, title)
@@ -131,12 +178,13 @@ def run_generate(args) -> int:
     target, draft, prompts, lengths = shard(target, draft, prompts, args)
   gamma = tuned_gamma(target, draft, prompts, args, default=pair.gamma, prompt_lengths=lengths)
   settings = speculative_settings(args, gamma)
+  streamed = text_stream(texts, pair.tokenizer, args)
   comparison = compare(
     target, draft, prompts, settings, speculate=gamma is not None, seed=args.seed,
     repeats=args.repeats,
-    baseline=not args.no_baseline, prompt_lengths=lengths,
+    baseline=not args.no_baseline, prompt_lengths=lengths, on_tokens=streamed,
   )  # fmt: skip
-  report(texts, comparison, pair.tokenizer, args)
+  report(texts, comparison, pair.tokenizer, args, streamed)
   if args.trace:
     title = f"generate: {texts[0]}"
     write_trace(target, draft, host_prompts, settings, args.seed, pair.tokenizer, args.trace, title)

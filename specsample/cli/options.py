@@ -125,6 +125,13 @@ def add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -
   group.add_argument("--repeats", type=positive_int, default=3, help="timed runs (median)")
   group.add_argument("--no-baseline", action="store_true", help="skip the autoregressive run")
   group.add_argument(
+    "--no-stream",
+    dest="stream",
+    action="store_false",
+    help="print the text when decoding ends (default: with one input and stdout a terminal, "
+    "the text is printed as it is accepted, and the timed runs are of that streaming program)",
+  )
+  group.add_argument(
     "--trace",
     nargs="?",
     const="specsample_trace.html",

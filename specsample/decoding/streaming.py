@@ -30,6 +30,7 @@ turns any decoding call that takes `on_tokens` into an iterator of (row, token i
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import queue
@@ -38,6 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
@@ -96,10 +98,14 @@ class _OpenStreams:
 _OPEN_STREAMS = _OpenStreams()
 
 
-def _deliver(stream_id: np.ndarray, tokens: np.ndarray, counts: np.ndarray) -> None:
-  sink = _OPEN_STREAMS.get(int(stream_id))
+def _deliver(packed: jax.Array, *, width: int) -> None:
+  """packed int32[1 + batch + batch * width]: the stream id, the counts, the tokens."""
+  packed = np.asarray(packed)
+  sink = _OPEN_STREAMS.get(int(packed[0]))
   if sink is not None:  # None: a program run outside open_stream; its tokens are dropped
-    sink.deliver(np.asarray(tokens), np.asarray(counts))
+    batch = (packed.size - 1) // (width + 1)
+    tokens = packed[1 + batch :].reshape(batch, width)
+    sink.deliver(tokens, packed[1 : 1 + batch])
 
 
 def emit(stream_id: jax.Array, tokens: jax.Array, counts: jax.Array) -> None:
@@ -110,7 +116,11 @@ def emit(stream_id: jax.Array, tokens: jax.Array, counts: jax.Array) -> None:
     tokens: int32[batch, k] the iteration's committed candidates, in order.
     counts: int32[batch] how many of them each row kept (0..k).
   """
-  io_callback(_deliver, None, stream_id, tokens, counts, ordered=True)
+  # One array, not three: the callback's cost is mostly a conversion per argument.
+  packed = jnp.concatenate(
+    [jnp.reshape(stream_id, (1,)), counts, tokens.reshape(-1)], dtype=jnp.int32
+  )
+  io_callback(functools.partial(_deliver, width=tokens.shape[1]), None, packed, ordered=True)
 
 
 @contextlib.contextmanager
