@@ -1,5 +1,5 @@
 """Bad input to the `specsample` command: exit code 2 and ONE line on stderr, before any
-model work (issue 14's probe cases), and a decoder-only pair end to end."""
+model work, and a decoder-only pair end to end."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def test_bench_output_is_checked_before_the_work(t5_pair, tmp_path, capsys, monk
   read_only.mkdir()
   real_access = os.access  # root can write anywhere: the check's answer is what matters
   monkeypatch.setattr(
-    "specsample.cli.options.os.access",
+    "specsample.cli.outputs.os.access",
     lambda path, mode: False if pathlib.Path(path) == read_only else real_access(path, mode),
   )
   code, err, _ = run(["bench", "--out", str(read_only / "report")], capsys)

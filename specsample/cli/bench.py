@@ -6,7 +6,8 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from specsample.cli.options import UsageError, check_output_directory
+from specsample.cli.limits import check_prompt_lengths, target_context
+from specsample.cli.options import UsageError
 
 REPORT_FILES = (
   "report.json", "report.md", "speedup_vs_gamma.png", "acceptance_histogram.png",
@@ -25,7 +26,8 @@ def bench_inputs(input_file: str, num_prompts: int, tasks: list[str] | None = No
   path = pathlib.Path(input_file)
   if path.is_dir() or not path.exists():
     raise UsageError(f"--input-file {input_file}: not a file")
-  lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+  text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no part of the input
+  lines = [line for line in text.splitlines() if line.strip()]
   if path.suffix == ".jsonl":
     try:
       records = [_prompt_and_task(json.loads(line)) for line in lines]
@@ -57,22 +59,29 @@ def _prompt_and_task(record: dict) -> tuple[str, str | None]:
   return turns[0], record.get("category")
 
 
-def run_bench(args) -> int:
-  from specsample.bench.pair import BenchSettings
-  from specsample.bench.run import run_bench as bench
-
+def pair_name(args) -> str:
+  """The pair `bench` measures ("ende" or "smollm2"), its model options checked."""
   if args.target is not None and args.draft is None:
     raise UsageError("give both --target and --draft, or neither (a bundled pair: --pair)")
-  pair_name = args.pair
-  if pair_name is None:
-    pair_name = "smollm2" if args.draft is not None or args.target is not None else "ende"
-  if pair_name == "ende" and (args.target or args.draft):
+  name = args.pair
+  if name is None:
+    name = "smollm2" if args.draft is not None or args.target is not None else "ende"
+  if name == "ende" and (args.target or args.draft):
     raise UsageError("--pair ende is the bundled T5 pair: it takes no --target / --draft")
-  if pair_name == "ende" and args.prompt_lookup:
+  if name == "ende" and args.prompt_lookup:
     raise UsageError("--prompt-lookup is for decoder-only pairs (--pair smollm2, --target)")
   if args.target is not None and not args.input_file:
     raise UsageError("--input-file is needed with --target/--draft")
-  check_output_directory(args.out, REPORT_FILES, overwrite=args.overwrite)
+  return name
+
+
+def bench_settings(args):
+  """The sweep's settings, each (gamma, rule, temperature) checked as the decoder will
+  take it: every bad value is refused before anything loads."""
+  from specsample.bench.pair import BenchSettings, rule_options
+  from specsample.core import SamplingConfig
+  from specsample.decoding import SpeculativeSettings
+
   settings = BenchSettings(
     gammas=args.gammas,
     rules=tuple(args.rules),
@@ -83,9 +92,31 @@ def run_bench(args) -> int:
     seed=args.seed,
     phase_prompts=args.phase_prompts,
   )
+  for temperature in settings.temperatures:
+    sampling = SamplingConfig(temperature=temperature)
+    for rule in settings.rules:
+      for gamma in settings.gammas:
+        SpeculativeSettings.of(
+          gamma=gamma, max_new_tokens=settings.max_new_tokens, sampling=sampling,
+          **rule_options(rule),
+        )  # fmt: skip
+  return settings
+
+
+def check_bench_options(args) -> None:
+  """What the arguments alone decide, before the output directory is made."""
+  pair_name(args)
+  bench_settings(args)
+
+
+def run_bench(args) -> int:
+  from specsample.bench.run import run_bench as bench
+
+  name = pair_name(args)
+  settings = bench_settings(args)
   trees = any(rule.startswith("tree") for rule in settings.rules)
-  if pair_name == "ende":
-    from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, load_pair
+  if name == "ende":
+    from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, load_pair, pair_dir
     from specsample.pairs import resolve_activations, resolve_weights
 
     texts = bench_inputs(
@@ -93,16 +124,21 @@ def run_bench(args) -> int:
     )
     weights = resolve_weights(args.weights, None, dtype=args.dtype, sharded=False)
     resolve_activations(args.activations, weights)
+    context = target_context(pair_dir() / "target", args.max_new_tokens)
     target, draft, tokenizer = load_pair()
     prefix = TASK_PREFIX if args.prefix is None else args.prefix
     prompts = [tokenizer.encode(prefix + text) for text in texts]
     title = args.title or "bundled EN->DE pair"
+    notes = []
   else:
     from specsample.bundled import SMOLLM2_DIR
     from specsample.cli.generate import encode_prompts
     from specsample.models import DecoderOnly
     from specsample.pairs import load_pair
 
+    default_prompts = str(SMOLLM2_DIR / "prompts.jsonl") if args.target is None else None
+    texts = bench_inputs(args.input_file or default_prompts, args.num_prompts, args.tasks)
+    context = target_context(args.target, args.max_new_tokens)
     pair = load_pair(
       args.target,
       args.draft,
@@ -113,13 +149,12 @@ def run_bench(args) -> int:
       prompt_lookup=args.prompt_lookup,
       trees=trees,
     )
-    for note in pair.notes():
-      print(note, file=sys.stderr)
-    target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
-    default_prompts = str(SMOLLM2_DIR / "prompts.jsonl") if args.target is None else None
-    texts = bench_inputs(args.input_file or default_prompts, args.num_prompts, args.tasks)
+    target, draft, tokenizer, notes = pair.target, pair.draft, pair.tokenizer, pair.notes()
     prompts = encode_prompts(texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly))
     title = args.title or pair.title
+  check_prompt_lengths(prompts, settings.max_new_tokens, context)
+  for note in notes:
+    print(note, file=sys.stderr)
   if trees:  # before the work: tree rules need tree calls of both models
     from specsample.decoding import SpeculativeSettings
 

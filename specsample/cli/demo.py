@@ -4,6 +4,7 @@ distributions (no downloads, a few seconds on a CPU)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import jax
@@ -13,7 +14,12 @@ from specsample.api import speculative_generate
 from specsample.bench import sequence_fit
 from specsample.core import SamplingConfig, expected_tokens_per_iteration
 from specsample.decoding import generate
+from specsample.decoding.settings import MAX_GAMMA
 from specsample.models import MarkovLM
+
+MIN_VOCAB, MAX_VOCAB = 4, 64
+MAX_OUTCOMES = 10**6  # sequences the exact distribution enumerates (in Python)
+MAX_SAMPLES = 10**6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +32,29 @@ class DemoSettings:
   samples: int = 20_000
   draft_noise: float = 1.0
   seed: int = 0
+
+  def __post_init__(self):
+    """One-line errors for what the demo cannot run: the toy target's table holds
+    vocab_size**3 logits and the exact distribution vocab_size**max_new_tokens outcomes."""
+    if not MIN_VOCAB <= self.vocab_size <= MAX_VOCAB:
+      raise ValueError(
+        f"--vocab-size must be in {MIN_VOCAB}..{MAX_VOCAB} (the prompt is tokens 2, 3 and "
+        f"token 1 ends a sequence), got {self.vocab_size}"
+      )
+    if not 1 <= self.gamma <= MAX_GAMMA:
+      raise ValueError(f"--gamma must be in 1..{MAX_GAMMA}, got {self.gamma}")
+    if not (math.isfinite(self.temperature) and self.temperature > 0):
+      raise ValueError(f"--temperature must be > 0 for the sampling part, got {self.temperature}")
+    SamplingConfig(temperature=self.temperature)
+    if self.max_new_tokens < 1 or self.vocab_size**self.max_new_tokens > MAX_OUTCOMES:
+      raise ValueError(
+        f"--max-new-tokens {self.max_new_tokens} with --vocab-size {self.vocab_size}: the exact "
+        f"distribution would enumerate vocab_size**max_new_tokens > {MAX_OUTCOMES:,} outcomes"
+      )
+    if not 1 <= self.samples <= MAX_SAMPLES:
+      raise ValueError(f"--samples must be in 1..{MAX_SAMPLES:,}, got {self.samples}")
+    if not (math.isfinite(self.draft_noise) and self.draft_noise >= 0):
+      raise ValueError(f"--draft-noise must be a finite number >= 0, got {self.draft_noise}")
 
 
 def toy_pair(settings: DemoSettings) -> tuple[MarkovLM, MarkovLM]:

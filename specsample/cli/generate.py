@@ -9,9 +9,9 @@ import pathlib
 import sys
 
 from specsample.cli.compare import Comparison, compare, summary_line
+from specsample.cli.limits import check_prompt_lengths, target_context
 from specsample.cli.options import (
   UsageError,
-  check_new_file,
   read_inputs,
   speculative_settings,
   tuned_gamma,
@@ -103,13 +103,13 @@ def write_trace(
 
 
 def run_translate(args) -> int:
-  from specsample.bundled import TASK_PREFIX, load_pair, recommended_gamma
+  from specsample.bundled import TASK_PREFIX, load_pair, pair_dir, recommended_gamma
 
   texts = read_inputs(args.text, None)
-  if args.trace:
-    check_new_file(args.trace, overwrite=args.overwrite, what="--trace")
+  context = target_context(pair_dir() / "target", args.max_new_tokens)
   target, draft, vocab = load_pair()
   prompts = [vocab.encode(TASK_PREFIX + text) for text in texts]
+  check_prompt_lengths(prompts, args.max_new_tokens, context)
   gamma = tuned_gamma(target, draft, prompts, args, default=recommended_gamma())
   settings = speculative_settings(args, gamma)
   streamed = text_stream(texts, vocab, args)
@@ -150,8 +150,7 @@ def run_generate(args) -> int:
   from specsample.pairs import load_pair
 
   texts = read_inputs(args.text, args.input_file)
-  if args.trace:
-    check_new_file(args.trace, overwrite=args.overwrite, what="--trace")
+  context = target_context(args.target, args.max_new_tokens)
   if args.distributed:
     from specsample.scaling.shard import initialize_distributed
 
@@ -167,12 +166,13 @@ def run_generate(args) -> int:
     trees=args.tree is not None,
     sharded=bool(args.mesh),
   )
-  for note in pair.notes():
-    print(note, file=sys.stderr)
   target, draft = pair.target, pair.draft
   prompts = host_prompts = encode_prompts(
     texts, pair.tokenizer, args, decoder_only=isinstance(target, DecoderOnly)
   )
+  check_prompt_lengths(host_prompts, args.max_new_tokens, context)
+  for note in pair.notes():
+    print(note, file=sys.stderr)
   lengths = None
   if args.mesh:
     target, draft, prompts, lengths = shard(target, draft, prompts, args)

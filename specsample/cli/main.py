@@ -11,7 +11,9 @@ specsample plan ...             parameter, cache and activation bytes per device
 specsample demo                 the toy Markov pair, checked against exact distributions
 
 Bad arguments, unreadable checkpoints and bad model outputs end with one line on stderr
-and exit code 2; Ctrl-C with exit code 130.
+and exit code 2, arguments and output paths checked before anything loads; Ctrl-C with
+one line and exit code 130. Output files and directories are made before the work and
+removed again when it fails.
 """
 
 from __future__ import annotations
@@ -21,13 +23,18 @@ import dataclasses
 import sys
 
 from specsample.bench.pair import BENCH_RULES
+from specsample.cli.interrupt import INTERRUPTED_EXIT, exit_on_interrupt
 from specsample.cli.options import (
   add_decoding_options,
+  check_decoding_options,
   check_weights_option,
+  gamma_list,
   int_list,
   positive_int,
   seed_value,
+  temperature_value,
 )
+from specsample.cli.outputs import Outputs
 
 
 def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -143,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     "--tasks", type=lambda text: text.split(","), default=None,
     help='JSONL inputs: only these tasks (Spec-Bench: categories), e.g. "summarize,rewrite"',
   )  # fmt: skip
-  bench.add_argument("--gammas", type=int_list, default="1-10", help='e.g. "1-10" or "2,4,8"')
+  bench.add_argument("--gammas", type=gamma_list, default="1-10", help='e.g. "1-10" or "2,4,8"')
   bench.add_argument(
     "--rules",
     nargs="+",
@@ -152,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     help="chain verification rules, and draft shapes beyond the chain: 'adaptive' "
     "(token-wise, per-row draft length up to gamma), 'tree2'..'tree4' (K chains of gamma)",
   )
-  bench.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+  bench.add_argument("--temperatures", type=temperature_value, nargs="+", default=[0.0, 1.0])
   bench.add_argument("--batch-sizes", type=int_list, default="1,4,8,16")
   bench.add_argument("--max-new-tokens", type=positive_int, default=48)
   bench.add_argument("--repeats", type=positive_int, default=3, help="timed runs per decode")
@@ -181,26 +188,28 @@ def _parser() -> argparse.ArgumentParser:
 
   demo = commands.add_parser("demo", help="speculative sampling on a toy Markov model pair")
   defaults = DemoSettings()
-  demo.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
-  demo.add_argument("--gamma", type=int, default=defaults.gamma)
+  demo.add_argument("--vocab-size", type=positive_int, default=defaults.vocab_size)
+  demo.add_argument("--gamma", type=positive_int, default=defaults.gamma)
   demo.add_argument("--verification", choices=["token", "block"], default=defaults.verification)
-  demo.add_argument("--temperature", type=float, default=defaults.temperature)
-  demo.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
-  demo.add_argument("--samples", type=int, default=defaults.samples)
+  demo.add_argument("--temperature", type=temperature_value, default=defaults.temperature)
+  demo.add_argument("--max-new-tokens", type=positive_int, default=defaults.max_new_tokens)
+  demo.add_argument("--samples", type=positive_int, default=defaults.samples)
   demo.add_argument("--draft-noise", type=float, default=defaults.draft_noise)
   demo.add_argument("--seed", type=seed_value, default=defaults.seed)
   return parser
 
 
-def _run_demo(args) -> int:
-  from specsample.cli.demo import DemoSettings, run_demo
+def _demo_settings(args):
+  from specsample.cli.demo import DemoSettings
 
   fields = {f.name for f in dataclasses.fields(DemoSettings)}
-  settings = DemoSettings(**{k: v for k, v in vars(args).items() if k in fields})
-  if settings.temperature <= 0:
-    print("specsample demo: --temperature must be > 0 for the sampling part", file=sys.stderr)
-    return 2
-  run_demo(settings)
+  return DemoSettings(**{k: v for k, v in vars(args).items() if k in fields})  # checks itself
+
+
+def _run_demo(args) -> int:
+  from specsample.cli.demo import run_demo
+
+  run_demo(_demo_settings(args))
   return 0
 
 
@@ -216,21 +225,72 @@ def _runner(command: str):
   }[command]
 
 
+def check_arguments(args) -> None:
+  """Everything the arguments alone decide, before any output is made or model loaded."""
+  check_weights_option(args)
+  if args.command in ("generate", "translate"):
+    check_decoding_options(args)
+  elif args.command == "bench":
+    from specsample.cli.bench import check_bench_options
+
+    check_bench_options(args)
+  elif args.command == "demo":
+    _demo_settings(args)
+
+
+def make_outputs(args, outputs: Outputs) -> None:
+  """The run's output paths, made now (proving they can be written): --trace's file, or
+  bench's --out directory."""
+  if getattr(args, "trace", None):
+    outputs.new_file(args.trace, overwrite=args.overwrite, what="--trace")
+  if args.command == "bench":
+    from specsample.cli.bench import REPORT_FILES
+
+    outputs.new_directory(args.out, REPORT_FILES, overwrite=args.overwrite)
+
+
+COMMANDS = ("generate", "translate", "bench", "plan", "demo")
+
+
 def main(argv: list[str] | None = None) -> int:
+  """Runs the command of `argv` and returns its exit code. As the `specsample` command
+  (argv None: sys.argv), Ctrl-C from here on ends the process at once with one line and
+  status 130 (`cli.interrupt`); called with an argv, a KeyboardInterrupt returns 130
+  after the same line."""
+  outputs = Outputs()
+  if argv is not None:
+    return _main(argv, outputs)
+  words = sys.argv[1:]
+  prog = f"specsample {words[0]}" if words and words[0] in COMMANDS else "specsample"
+  with exit_on_interrupt(prog, outputs.remove_created):
+    return _main(words, outputs)
+
+
+def _main(argv: list[str], outputs: Outputs) -> int:
   from specsample.decoding import NonFiniteLogitsError
 
   args = _parser().parse_args(argv)
+  prog = f"specsample {args.command}"
   try:
-    check_weights_option(args)
-    return _runner(args.command)(args)
+    check_arguments(args)
+    make_outputs(args, outputs)
+    code = _runner(args.command)(args)
   except KeyboardInterrupt:
-    print(f"specsample {args.command}: interrupted", file=sys.stderr)
-    return 130
+    outputs.remove_created()
+    print(f"{prog}: interrupted", file=sys.stderr)
+    return INTERRUPTED_EXIT
   except (ValueError, TypeError, OSError, NonFiniteLogitsError) as error:
     # ValueError includes CheckpointError and the CLI's UsageError.
+    outputs.remove_created()
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    print(f"specsample {args.command}: {message}", file=sys.stderr)
+    print(f"{prog}: {message}", file=sys.stderr)
     return 2
+  except BaseException:
+    outputs.remove_created()
+    raise
+  if code != 0:
+    outputs.remove_created()
+  return code
 
 
 if __name__ == "__main__":

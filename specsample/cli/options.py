@@ -1,11 +1,10 @@
 """Options the commands share, their parsers, and the checks made before any work starts
-(inputs, output paths, tokenizer against model): a bad argument costs a one-line message,
-never a finished run."""
+(values, inputs, decoding settings): a bad argument costs a one-line message, never a
+finished run."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import sys
 
@@ -72,21 +71,62 @@ def positive_int(text: str) -> int:
   return value
 
 
-def int_list(text: str) -> tuple[int, ...]:
-  """ "1-10" or "2,4,8" -> a tuple of ints."""
+def int_list(text: str, maximum: int = 4096) -> tuple[int, ...]:
+  """ "1-10" or "2,4,8" -> a tuple of ints, each in 1..maximum."""
   values: list[int] = []
   try:
     for part in text.split(","):
-      if "-" in part:
-        low, high = (int(x) for x in part.split("-"))
-        values += range(low, high + 1)
-      else:
-        values.append(int(part))
+      low, _, high = part.partition("-")
+      bounds = (int(low), int(high) if high else int(low))
+      if min(bounds) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+      if max(bounds) > maximum:
+        raise argparse.ArgumentTypeError(f"expected values up to {maximum}, got {max(bounds)}")
+      values += range(bounds[0], bounds[1] + 1)
   except ValueError:
     raise argparse.ArgumentTypeError(f'expected e.g. "1-10" or "2,4,8", got {text!r}') from None
-  if not values or min(values) < 1:
-    raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+  if not values:
+    raise argparse.ArgumentTypeError(f'expected e.g. "1-10" or "2,4,8", got {text!r}')
   return tuple(values)
+
+
+def gamma_list(text: str) -> tuple[int, ...]:
+  """ "1-10" or "2,4,8" -> gammas, each in 1..MAX_GAMMA."""
+  try:
+    return int_list(text, maximum=MAX_GAMMA)
+  except argparse.ArgumentTypeError as error:
+    if "up to" not in str(error):
+      raise
+    raise argparse.ArgumentTypeError(f"gamma must be in 1..{MAX_GAMMA}, got {text!r}") from None
+
+
+def _sampling_number(text: str, name: str, parse) -> float | int:
+  """`text` parsed, and accepted by SamplingConfig as `name` (the library's own rule)."""
+  try:
+    value = parse(text)
+  except ValueError:
+    kind = "an integer" if parse is int else "a number"
+    raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+  try:
+    SamplingConfig(**{name: value})
+  except (ValueError, TypeError) as error:
+    raise argparse.ArgumentTypeError(str(error)) from None
+  return value
+
+
+def temperature_value(text: str) -> float:
+  """A finite temperature >= 0 (0: greedy)."""
+  return _sampling_number(text, "temperature", float)
+
+
+def top_k_value(text: str) -> int:
+  """An integer >= 0 (0: off)."""
+  return _sampling_number(text, "top_k", int)
+
+
+def top_p_value(text: str) -> float:
+  """A number in (0, 1] (1: off)."""
+  return _sampling_number(text, "top_p", float)
 
 
 def add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
@@ -98,9 +138,9 @@ def add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -
     help=f'draft tokens per iteration (1..{MAX_GAMMA}), or "auto" (measure alpha, c, r here '
     "and pick the best; default: the pair's recommended gamma, else 4)",
   )
-  group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-  group.add_argument("--top-k", type=int, default=0, help="0 = off")
-  group.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+  group.add_argument("--temperature", type=temperature_value, default=0.0, help="0 = greedy")
+  group.add_argument("--top-k", type=top_k_value, default=0, help="0 = off")
+  group.add_argument("--top-p", type=top_p_value, default=1.0, help="1 = off")
   group.add_argument("--verification", choices=["token", "block"], default="token")
   group.add_argument(
     "--adaptive",
@@ -162,6 +202,13 @@ def speculative_settings(args, gamma: int | None) -> SpeculativeSettings:
   )
 
 
+def check_decoding_options(args) -> None:
+  """Before any work: the decoding options make valid settings together (the settings
+  check themselves; "auto" or no --gamma stand in as the pair's default, 4)."""
+  gamma = args.gamma if isinstance(args.gamma, int) else 4
+  speculative_settings(args, gamma)
+
+
 def tuned_gamma(target, draft, prompts, args, *, default: int, prompt_lengths=None) -> int | None:
   """--gamma: the number given; without one, `default` for one prompt and "auto" for a
   batch; with "auto" the gamma tuned on these prompts (measured once, before the timed
@@ -211,7 +258,7 @@ def read_inputs(texts: list[str], input_file: str | None) -> list[str]:
     if not path.exists():
       raise UsageError(f"--input-file {input_file}: no such file")
     try:
-      lines = path.read_text(encoding="utf-8").splitlines()
+      lines = path.read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark goes
     except UnicodeDecodeError as error:
       raise UsageError(f"--input-file {input_file} is not UTF-8 text ({error.reason})") from None
     texts = [line for line in lines if line.strip()]
@@ -224,38 +271,6 @@ def read_inputs(texts: list[str], input_file: str | None) -> list[str]:
     if not text.strip():
       raise UsageError(f"input {number} is empty: give some text to decode")
   return texts
-
-
-def check_new_file(path: str, *, overwrite: bool, what: str) -> None:
-  """Before the work: `path` can be written, and is not an existing file unless `overwrite`."""
-  target = pathlib.Path(path)
-  if target.is_dir():
-    raise UsageError(f"{what} {path} is a directory")
-  if target.exists() and not overwrite:
-    raise UsageError(f"{what} {path} exists; pass --overwrite to replace it")
-  parent = target.parent if str(target.parent) else pathlib.Path(".")
-  if not parent.is_dir():
-    raise UsageError(f"{what} {path}: directory {parent} does not exist")
-  if not os.access(parent, os.W_OK):
-    raise UsageError(f"{what} {path}: directory {parent} is not writable")
-
-
-def check_output_directory(path: str, names, *, overwrite: bool) -> None:
-  """Before the work: the report directory can be made and written, and holds none of
-  `names` unless `overwrite`."""
-  directory = pathlib.Path(path)
-  if directory.exists() and not directory.is_dir():
-    raise UsageError(f"--out {path} is a file, not a directory")
-  existing = [name for name in names if (directory / name).exists()]
-  if existing and not overwrite:
-    raise UsageError(
-      f"--out {path} already holds {', '.join(existing)}; pass --overwrite to replace them"
-    )
-  probe = directory
-  while not probe.exists():
-    probe = probe.parent
-  if not os.access(probe, os.W_OK):
-    raise UsageError(f"--out {path}: {probe} is not writable")
 
 
 def check_weights_option(args) -> None:
