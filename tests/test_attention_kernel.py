@@ -143,3 +143,29 @@ def test_speculative_greedy_equals_plain_greedy_at_a_long_context():
   )
   plain = generate(target, prompts, **common).sequences()
   assert speculative_generate(target, draft, prompts, gamma=3, **common).sequences() == plain
+
+
+@requires_kernel
+@pytest.mark.parametrize("prefix", [37, 48, 301])
+def test_a_tree_path_attends_as_the_same_tokens_in_a_chain_bit_for_bit(prefix):
+  """A tree's path lies scattered over its slots (here slots 2, 5, 9, 14 after the prefix,
+  other branches between); the same keys and values written contiguously, as a chain
+  writes them, give the same output bit for bit (the softmax sums run over the seen
+  entries in order, wherever they lie)."""
+  rng = np.random.default_rng(prefix)
+  heads, kv_heads, head_dim, slots = 9, 3, 64, 16
+  path = [2, 5, 9, 14]
+  capacity = prefix + slots
+  q, keys, values = _operands(rng, 1, len(path), heads, kv_heads, head_dim, capacity)
+  tree_allowed = np.zeros((1, len(path), capacity), bool)
+  chain_keys, chain_values = keys.copy(), values.copy()
+  chain_allowed = np.zeros_like(tree_allowed)
+  for depth, slot in enumerate(path):
+    tree_allowed[0, depth, :prefix] = True
+    tree_allowed[0, depth, [prefix + s for s in path[: depth + 1]]] = True
+    chain_keys[0, prefix + depth] = keys[0, prefix + slot]
+    chain_values[0, prefix + depth] = values[0, prefix + slot]
+    chain_allowed[0, depth, : prefix + depth + 1] = True
+  tree = _kernel(q, keys, values, tree_allowed)
+  chain = _kernel(q, chain_keys, chain_values, chain_allowed)
+  np.testing.assert_array_equal(np.asarray(tree), np.asarray(chain))

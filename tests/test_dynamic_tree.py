@@ -108,7 +108,7 @@ def test_dynamic_tree_decoding_is_lossless(
   for result in fits_per_prompt(target, np.asarray(out.tokens), max_new_tokens, sampling):
     assert result.ok, result
   histogram = np.asarray(out.stats.accepted_histogram)
-  assert histogram[0] > 0 and histogram[2:].sum() > 0, histogram  # deep paths were taken
+  assert histogram[0] > 0 and histogram[-1] > 0, histogram  # whole paths were accepted too
 
 
 def _without_residual(key, tokens, trees, target_probs, max_depth, max_children):

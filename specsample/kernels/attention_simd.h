@@ -5,10 +5,11 @@
 // For one query vector q [D] and the cache entries it may see, s in [0, end): scores
 // t_s = (q . k_s) * scale (the dot product: D / L multiply-adds into one vector, then its
 // lanes summed by a fixed tree), m = max t_s, p_s = exp(t_s - m) (Exp below), l = sum p_s
-// (L lanes: entry s into lane s % L, in order of s, then the lanes by a fixed tree),
-// out = (sum_s p_s v_s) / l (in order of s). Masked entries are skipped. Nothing depends on
-// the other queries of the call or on entries past `end`, so a query's output is the same,
-// bit for bit, alone or beside others.
+// (L lanes: the j-th seen entry into lane j % L, in order of s, then the lanes by a fixed
+// tree), out = (sum_s p_s v_s) / l (in order of s). Masked entries are skipped. Nothing
+// depends on the other queries of the call, on entries past `end`, or on where the seen
+// entries lie, so a query's output is the same, bit for bit, alone or beside others, and
+// for a tree's path as for the same tokens in a chain.
 
 // exp(x) for x <= 0 (scores minus their maximum): 2^n * e^r with n = round(x / ln 2),
 // r = x - n ln 2 (ln 2 in two parts), e^r by a degree-7 polynomial (Horner, no fused
@@ -106,15 +107,27 @@ SPECSAMPLE_SIMD void AttendHeads(const float* const* q, const float* keys, const
       mv = Vec::Max(mv, Vec::Select(lanes, v, masked));
     }
     const typename Vec::V m = Vec::Broadcast(Vec::MaxOf(mv));
-    // p_s = exp(t_s - m) in place (masked: exp(-inf) = 0), l in L lanes, in order of s.
+    // l: the seen entry of rank j (j-th seen, in order of s) into lane j % L, so that l
+    // depends on the seen entries alone, not on where they lie (a tree's path is scattered
+    // over its slots; the same tokens in a chain are contiguous). Where every entry before
+    // `full` is seen, rank = s: those blocks are added as vectors, the rest lane by lane.
+    const void* unseen = std::memchr(allowed[r], 0, static_cast<size_t>(own));
+    const int64_t gap = unseen ? static_cast<const bool*>(unseen) - allowed[r] : own;
+    const int64_t full = gap / L * L;
+    // p_s = exp(t_s - m) in place (masked: exp(-inf) = 0).
     typename Vec::V l = Vec::Zero();
     for (int64_t i = 0; i < own; i += L) {
       const typename Vec::Mask lanes = Vec::Tail(own - i);
       const typename Vec::V p = Vec::Select(lanes, Exp(Vec::Sub(Vec::Load(t + i, lanes), m)), Vec::Zero());
       Vec::Store(t + i, lanes, p);
-      l = Vec::Add(l, p);
+      if (i + L <= full) l = Vec::Add(l, p);
     }
-    t[end] = Vec::Sum(l);  // kept past the entries
+    alignas(64) float lane_sums[L];
+    Vec::Store(lane_sums, l);
+    for (int64_t s = full, rank = full; s < own; ++s) {
+      if (allowed[r][s]) lane_sums[rank++ % L] += t[s];
+    }
+    t[end] = Vec::Sum(Vec::Load(lane_sums));  // kept past the entries
     for (int64_t e = own; e < end; ++e) t[e] = 0.0f;  // past head r's end: p = 0
   }
   // out[r] = sum over head r's entries of p_s v_s / l, each value vector loaded once. An
