@@ -166,12 +166,17 @@ def test_empirical_alpha_matches_analytic_alpha():
   draft = MarkovLM(jnp.asarray(np.tile(np.log(p), (vocab, 1)), jnp.float32))
   analytic = float(target.acceptance_probabilities(draft, SamplingConfig()).mean())
   assert analytic == pytest.approx(np.minimum(p, q).sum(), abs=1e-6)
-  out = speculative_generate(target, draft, [[0]] * 2000, gamma=4, max_new_tokens=20, seed=1)
+  out = speculative_generate(
+    target, draft, [[0]] * 2000, gamma=4, max_new_tokens=20, seed=1, trace=True
+  )
   verified = int(np.sum(out.stats.accepted)) + int(np.sum(out.stats.rejected))
   # Binomial standard error of the acceptance rate; tolerance of 5 standard errors.
   tolerance = 5 * np.sqrt(analytic * (1 - analytic) / verified)
   assert out.stats.alpha == pytest.approx(analytic, abs=tolerance)
-  assert out.stats.tokens_per_target_call == pytest.approx(
+  # The rule's tokens per iteration, from its verdicts (the statistics stop where each
+  # row's output stops, and the budget cuts a row's last iteration).
+  verdicts = np.asarray(out.trace.accepted)[np.asarray(out.trace.active)]
+  assert 1 + verdicts.mean() == pytest.approx(
     specsample.core.expected_tokens_per_iteration(analytic, 4), abs=0.05
   )
 

@@ -52,16 +52,26 @@ class DecodingStats:
   A row takes part in an iteration while it is not finished; each iteration is one
   batched target call (and, when speculating, gamma draft calls). `target_calls` counts
   the batched calls, `iterations` the calls each row took part in.
+
+  The acceptance counters describe the output as kept (decoding.counters): an iteration
+  whose n accepted draft tokens and next token y were cut at max_new_tokens or EOS,
+  keeping only x_1..x_k (k <= n), counts k accepted draft tokens, no rejection and k
+  kept tokens; accepted draft tokens past the cut are not counted. So `kept` is each
+  row's generated tokens (`lengths`, EOS included), and accepted + iterations = kept
+  except for one token per cut iteration (whose target call's own token y was cut).
   """
 
   target_calls: jax.Array  # int32[]: batched target forward passes
   draft_calls: jax.Array  # int32[]: batched draft forward passes
   iterations: jax.Array  # int32[batch]: target calls each row took part in
   drafted: jax.Array  # int32[batch]: draft tokens proposed to each row
-  accepted: jax.Array  # int32[batch]: draft tokens accepted in each row
-  rejected: jax.Array  # int32[batch]: iterations that stopped at a rejected draft token
-  # int32[gamma + 1]: row-iterations with n accepted; None for autoregressive decoding
+  accepted: jax.Array  # int32[batch]: accepted draft tokens kept in each row's output
+  rejected: jax.Array  # int32[batch]: iterations that kept the correction of a rejection
+  # int32[gamma + 1]: row-iterations that counted n accepted; None when autoregressive
   accepted_histogram: jax.Array | None = None
+  # int32[batch]: tokens each row's output kept over its counted iterations; None when
+  # autoregressive (one per iteration)
+  kept: jax.Array | None = None
 
   @property
   def gamma(self) -> int:
@@ -75,7 +85,8 @@ class DecodingStats:
     """Acceptance rate: accepted / verified draft tokens (NaN if nothing was drafted).
 
     A draft token is verified when it was accepted or was the one rejected; tokens after
-    a rejection are never looked at. For token-wise verification this estimates the
+    a rejection are never looked at, and verdicts past the end of the output are not
+    counted (see the class docstring). For token-wise verification this estimates the
     paper's alpha = E[sum_x min(p, q)] without the bias of accepted / drafted.
     """
     accepted = _total(self.accepted)
@@ -90,15 +101,17 @@ class DecodingStats:
 
   @property
   def tokens_per_target_call(self) -> float:
-    """E[n + 1] over row-iterations: tokens a row gains per target call (1 when plain).
-
-    Counts verification output before truncation at EOS / max_new_tokens, so it measures
-    the rule, not where the text happened to stop.
+    """Tokens a row's output gains per target call (1 when plain): the generated tokens
+    / the row-iterations. It is E[n + 1] over the iterations, except that an iteration
+    cut at EOS or max_new_tokens counts the k tokens it kept, not the n + 1 that
+    verification gave.
     """
     iterations = _total(self.iterations)
     if not iterations:
       return float("nan")
-    return (_total(self.accepted) + iterations) / iterations
+    if self.kept is None:  # plain decoding
+      return (_total(self.accepted) + iterations) / iterations
+    return _total(self.kept) / iterations
 
 
 @struct.dataclass(kw_only=True)

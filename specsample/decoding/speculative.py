@@ -105,6 +105,7 @@ def _speculative_loop(
     counters = s.counters.record(
       active=active,
       n=n,
+      kept=lengths - s.lengths,  # statistics count only the kept tokens
       target_bad=verdict.target_bad,
       draft_bad=verdict.draft_bad,
       num_drafted=verdict.num_drafted,
