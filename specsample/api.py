@@ -16,6 +16,7 @@ from specsample.core.verification import VerificationRule
 from specsample.decoding import (
   AdaptiveDraft,
   DraftTree,
+  DynamicTree,
   GenerationOutput,
   SpeculativeSettings,
   generate,
@@ -38,7 +39,7 @@ def speculative_generate(
   prompt_lengths=None,
   trace: bool = False,
   adaptive: AdaptiveDraft | bool | None = None,
-  tree: DraftTree | int | None = None,
+  tree: DraftTree | DynamicTree | int | None = None,
   on_tokens: OnTokens | None = None,
 ) -> GenerationOutput:
   """Speculative sampling: the output is distributed exactly as `generate(target, ...)`.
@@ -74,9 +75,11 @@ def speculative_generate(
       or K as an int) and verify them in one tree-shaped target call: recursive
       rejection sampling over the first tokens (drawn without replacement), then
       token-wise along the accepted chain (greedy: the draft's top-K first tokens,
-      longest match wins); needs
-      models with `extend_tree` / `keep_path` (T5, DecoderOnly, MarkovLM). The trace
-      records the chain the accepted path followed.
+      longest match wins). Or `DynamicTree(nodes=N)`: each row grows its own tree of
+      the draft's N most likely continuations, gamma deep (EAGLE-2 style), verified in
+      one tree call by rejection sampling down the tree (greedy: the deepest path the
+      target's argmax follows). Trees need models with `extend_tree` / `keep_path` (T5,
+      DecoderOnly, MarkovLM). The trace records the path accepted.
     on_tokens: `on_tokens(row, token_ids)`, called from inside the compiled loop with
       each row's newly accepted tokens (only those kept: none past max_new_tokens or the
       row's EOS), in order; concatenated per row they are the row's output. A separate

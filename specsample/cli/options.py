@@ -11,6 +11,7 @@ import sys
 from specsample.core import SamplingConfig
 from specsample.decoding import SpeculativeSettings
 from specsample.decoding.adaptive import AdaptiveDraft
+from specsample.decoding.drafters.dynamic_tree import MAX_NODES, DynamicTree
 from specsample.decoding.drafters.tree import MAX_CHAINS
 from specsample.decoding.inputs import SEED_RANGE
 from specsample.decoding.settings import MAX_GAMMA
@@ -44,8 +45,22 @@ def unit_interval(text: str) -> float:
   return value
 
 
-def chain_count(text: str) -> int:
-  value = positive_int(text)
+def tree_shape(text: str) -> int | DynamicTree:
+  """--tree K (K chains), "dynamic" or "dynamic:N" (a dynamic tree of N nodes)."""
+  kind, _, nodes = text.partition(":")
+  if kind == "dynamic":
+    if not nodes:
+      return DynamicTree()
+    value = positive_int(nodes)
+    if value > MAX_NODES:
+      raise argparse.ArgumentTypeError(f"--tree dynamic:N takes 1..{MAX_NODES} nodes, got {value}")
+    return DynamicTree(nodes=value)
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+      f"--tree takes a number of chains (2..{MAX_CHAINS}), 'dynamic' or 'dynamic:N', got {text!r}"
+    ) from None
   if not 2 <= value <= MAX_CHAINS:
     raise argparse.ArgumentTypeError(f"--tree takes 2..{MAX_CHAINS} chains, got {value}")
   return value
@@ -129,6 +144,17 @@ def top_p_value(text: str) -> float:
   return _sampling_number(text, "top_p", float)
 
 
+def add_special_option(parser: argparse.ArgumentParser) -> None:
+  """--special: read special-token text in the inputs as special tokens."""
+  parser.add_argument(
+    "--special",
+    action="store_true",
+    help='read text that spells a special token (e.g. "<|im_end|>") in the inputs and the '
+    "system message as that token (default: as plain text, so that an input cannot end "
+    "its turn in the chat template or forge another)",
+  )
+
+
 def add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
   group = parser.add_argument_group("decoding")
   group.add_argument(
@@ -154,10 +180,11 @@ def add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -
   )
   group.add_argument(
     "--tree",
-    type=chain_count,
+    type=tree_shape,
     default=None,
-    metavar="K",
-    help=f"draft K chains of gamma tokens (2..{MAX_CHAINS}) and verify them in one "
+    metavar="K|dynamic[:N]",
+    help=f"draft K chains of gamma tokens (2..{MAX_CHAINS}), or a dynamic tree of the draft's "
+    f"N most likely nodes, gamma deep (default N {DynamicTree.nodes}), and verify them in one "
     "tree-shaped target call (token verification; models with tree calls: T5, decoder-only)",
   )
   group.add_argument("--max-new-tokens", type=positive_int, default=max_new_tokens)

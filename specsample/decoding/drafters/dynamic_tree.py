@@ -69,14 +69,16 @@ class DynamicProposal(Proposal):
   draft_slots: jax.Array  # int32[batch, nodes + 1]: each slot's draft tree slot (-1: none)
 
 
-def _log_probs(logits: jax.Array, sampling) -> jax.Array:
-  """The draft's log-probabilities that rank nodes (at temperature 0: of its logits as
-  they are), floored and NaN-free.  [..., vocab] -> [..., vocab]."""
-  if sampling.is_greedy:
-    log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  else:
-    log_p = jnp.log(logits_to_probs(logits, sampling))
-  return jnp.maximum(jnp.nan_to_num(log_p, nan=_FLOOR), _FLOOR)
+def _best_children(logits: jax.Array, width: int, sampling) -> tuple[jax.Array, jax.Array]:
+  """The `width` most likely next tokens and their log-probabilities under the draft (its
+  logits over the temperature; the ranking alone, so top-k/top-p are not applied), NaN-free
+  and floored.  [..., vocab] -> (float32[..., width], int32[..., width])."""
+  logits = logits.astype(jnp.float32)
+  if not sampling.is_greedy:
+    logits = logits / sampling.temperature
+  best, tokens = jax.lax.top_k(logits, width)  # the top of the logits: no softmax over all
+  log_p = best - jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+  return jnp.maximum(jnp.nan_to_num(log_p, nan=_FLOOR), _FLOOR), tokens.astype(jnp.int32)
 
 
 def _pick(values: jax.Array, index: jax.Array) -> jax.Array:
@@ -104,7 +106,7 @@ class DynamicTreeDrafter(ChainDrafter):
       self.draft, state.model_state, state.pending, jnp.where(active, state.num_pending, 0)
     )  # [batch, vocab]
     batch = first_logits.shape[0]
-    scores, tokens = jax.lax.top_k(_log_probs(first_logits, sampling), width)  # [batch, w]
+    scores, tokens = _best_children(first_logits, width, sampling)  # [batch, w]
     # The offered nodes ("pool"), depth by depth; parents are pool indices (-1: the root).
     pool_tokens, pool_scores = [tokens], [scores]
     pool_parents = [jnp.full((batch, width), -1, jnp.int32)]
@@ -118,7 +120,7 @@ class DynamicTreeDrafter(ChainDrafter):
       start = (d - 2) * width  # the frontier's draft slots
       trees = RowTrees.from_parents(draft_parents, depth)
       logits, draft_state = self.draft.extend_tree(draft_state, tokens, trees, start)
-      child_scores, child_tokens = jax.lax.top_k(_log_probs(logits, sampling), width)  # [b, w, w]
+      child_scores, child_tokens = _best_children(logits, width, sampling)  # [batch, w, w]
       child_scores = (scores[:, :, None] + child_scores).reshape(batch, width * width)
       child_tokens = child_tokens.reshape(batch, width * width)
       pool_tokens.append(child_tokens)
