@@ -267,6 +267,12 @@ COMMAND = (
 )
 
 
+def default_sigint() -> None:
+  """The child starts with SIGINT's default action, as a command typed in a terminal does
+  (a runner may start the tests with SIGINT ignored, which the child would inherit)."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seconds", [0.2, 1.0, 2.5, 4.0, 7.0])
 def test_ctrl_c_at_any_moment_exits_130_with_one_line(seconds, tmp_path):
@@ -277,7 +283,7 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(seconds, tmp_path):
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONFAULTHANDLER": "1"}
   process = subprocess.Popen(
     [sys.executable, "-c", COMMAND, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-    stderr=subprocess.PIPE, text=True,
+    stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
   )  # fmt: skip
   try:
     assert process.stdout.readline() == "imported\n"

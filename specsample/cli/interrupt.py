@@ -42,8 +42,12 @@ def _flush() -> None:
 @contextlib.contextmanager
 def exit_on_interrupt(prog: str, clean_up: Callable[[], None]) -> Iterator[None]:
   """Within the block, SIGINT calls `clean_up()`, prints "`prog`: interrupted" and ends the
-  process at once with status 130 (from the main thread only; elsewhere it does nothing)."""
-  if threading.current_thread() is not threading.main_thread():
+  process at once with status 130. Does nothing off the main thread, or where SIGINT is
+  ignored (as the shell starts a script's background jobs)."""
+  if (
+    threading.current_thread() is not threading.main_thread()
+    or signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # e.g. a background job of a script
+  ):
     yield
     return
   read_fd, write_fd = os.pipe()
