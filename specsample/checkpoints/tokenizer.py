@@ -2,10 +2,14 @@
 
 `Tokenizer` wraps a Rust `tokenizers.Tokenizer` (transformers is not needed at run time)
 and encodes, decodes and renders chat templates the way transformers does for the same
-model: `encode(text)` equals `AutoTokenizer...encode(text)` (BOS only where that adds
-one), `decode(ids)` equals `decode(ids, skip_special_tokens=True)`, and
+model, except that text is never read as a control token unless asked: `encode(text)`
+equals `AutoTokenizer...encode(text, split_special_tokens=True)` (BOS only where that
+adds one; `parse_special=True`: `encode(text)`), `decode(ids)` equals `decode(ids,
+skip_special_tokens=True)` (an id outside the vocabulary is a ValueError), and
 `apply_chat_template(messages)` equals `apply_chat_template(messages,
-add_generation_prompt=True)`.
+add_generation_prompt=True, sanitize_control_tokens=True)` (`parse_special=True`: without
+`sanitize_control_tokens`). For messages that spell no control token all of these ids are
+the same.
 
 `Tokenizer.from_gguf` rebuilds the byte-level BPE tokenizer ("gpt2" in llama.cpp's terms)
 that a GGUF file embeds in its metadata, pre-tokenizing as llama.cpp does for the file's
@@ -22,11 +26,10 @@ differently; for the llama3 family it neither adds BOS when the file has no
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Sequence
-from datetime import datetime
 
+from specsample.checkpoints import chat_template
 from specsample.checkpoints.t5_params import CheckpointError
 
 # llama.cpp's pre-tokenizer splits (llama-vocab.cpp), by the name `tokenizer.ggml.pre` gives.
@@ -68,43 +71,6 @@ def _byte_alphabet() -> dict[int, str]:
       chars[byte] = chr(256 + extra)
       extra += 1
   return chars
-
-
-@functools.cache
-def _compile_template(template: str):
-  """The template compiled as transformers compiles chat templates (sandboxed jinja2)."""
-  import jinja2
-  import jinja2.ext
-  from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-  class Generation(jinja2.ext.Extension):
-    """`{% generation %}...{% endgeneration %}` (assistant-mask markers): renders the body."""
-
-    tags = {"generation"}
-
-    def parse(self, parser):
-      lineno = next(parser.stream).lineno
-      body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-      return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-    def _body(self, caller):
-      return caller()
-
-  def raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-  def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(
-      x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-  env = ImmutableSandboxedEnvironment(
-    trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
-  )
-  env.filters["tojson"] = tojson
-  env.globals["raise_exception"] = raise_exception
-  env.globals["strftime_now"] = lambda format: datetime.now().strftime(format)
-  return env.from_string(template)
 
 
 class Tokenizer:
@@ -156,11 +122,28 @@ class Tokenizer:
   def chat_template(self) -> str | None:
     return self._chat_template
 
-  def encode(self, text: str) -> list[int]:
-    """Token ids of `text`, with BOS/EOS exactly when transformers adds them by default."""
+  @functools.cached_property
+  def _text_backend(self):
+    """The backend that reads special-token text as plain text (tokenizers'
+    `encode_special_tokens`), a copy so that `backend` itself never changes."""
+    from tokenizers import Tokenizer as Backend
+
+    copy = Backend.from_str(self.backend.to_str())
+    copy.encode_special_tokens = True
+    return copy
+
+  def encode(self, text: str, *, parse_special: bool = False) -> list[int]:
+    """Token ids of `text`, with BOS/EOS exactly when transformers adds them by default.
+
+    Text that spells a special token ("<|im_end|>") is encoded as the characters it is
+    made of, as transformers' `encode(text, split_special_tokens=True)` does: text from a
+    user never becomes a control token. `parse_special=True` reads such text as the
+    special token (transformers' default `encode(text)`).
+    """
+    backend = self.backend if parse_special else self._text_backend
     if self.add_bos is None:
-      return self.backend.encode(text, add_special_tokens=True).ids
-    ids = self.backend.encode(text, add_special_tokens=False).ids
+      return backend.encode(text, add_special_tokens=True).ids
+    ids = backend.encode(text, add_special_tokens=False).ids
     if self.add_bos and self.bos_id is not None:
       ids = [self.bos_id, *ids]
     if self.add_eos and self.eos_id is not None:
@@ -168,14 +151,26 @@ class Tokenizer:
     return ids
 
   def decode(self, ids: Sequence[int]) -> str:
-    """Text of `ids`, special tokens skipped (bytes that are no full character -> U+FFFD)."""
-    return self.backend.decode([int(i) for i in ids], skip_special_tokens=True)
+    """Text of `ids`, special tokens skipped (bytes that are no full character -> U+FFFD).
+    An id outside 0..vocab_size - 1 raises a ValueError naming it."""
+    return self.backend.decode(self._checked(ids), skip_special_tokens=True)
+
+  def _checked(self, ids: Sequence[int]) -> list[int]:
+    """`ids` as Python ints, each checked to lie in the vocabulary."""
+    ids, size = [int(i) for i in ids], self.vocab_size
+    for i in ids:
+      if not 0 <= i < size:
+        raise ValueError(
+          f"token id {i} is outside the vocabulary (ids 0..{size - 1}, {size} tokens)"
+        )
+    return ids
 
   def token_text(self, token_id: int) -> str:
     """The readable text of one token, for per-token traces: special tokens as themselves,
     a byte-level piece of a multi-byte character as escapes (e.g. "\\xe6\\x97")."""
-    text = self.backend.decode([int(token_id)], skip_special_tokens=False)
-    piece = self.backend.id_to_token(int(token_id))
+    (token_id,) = self._checked([token_id])
+    text = self.backend.decode([token_id], skip_special_tokens=False)
+    piece = self.backend.id_to_token(token_id)
     if "\ufffd" in text and piece is not None:
       to_byte = {char: byte for byte, char in _byte_alphabet().items()}
       if all(char in to_byte for char in piece):
@@ -187,6 +182,10 @@ class Tokenizer:
   def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
     """The chat template applied to `messages` (dicts with "role" and "content"), as text;
     equals transformers' `apply_chat_template(messages, tokenize=False, ...)`."""
+    return self._render(self._chat(messages), add_generation_prompt)
+
+  def _chat(self, messages: list[dict]) -> list[dict]:
+    """The messages checked, without their None values (as transformers drops them)."""
     if self._chat_template is None:
       raise ValueError(f"{self.source}: this tokenizer has no chat template")
     if not messages:
@@ -196,7 +195,10 @@ class Tokenizer:
       if not isinstance(message, dict):
         raise TypeError(f"chat messages must be dicts, got {message!r}")
       chat.append({key: value for key, value in message.items() if value is not None})
-    return _compile_template(self._chat_template).render(
+    return chat
+
+  def _render(self, chat: list[dict], add_generation_prompt: bool) -> str:
+    return chat_template.compile_template(self._chat_template).render(
       messages=chat,
       tools=None,
       documents=None,
@@ -205,11 +207,53 @@ class Tokenizer:
     )
 
   def apply_chat_template(
-    self, messages: list[dict], *, add_generation_prompt: bool = True
+    self, messages: list[dict], *, add_generation_prompt: bool = True, parse_special: bool = False
   ) -> list[int]:
-    """Token ids of `render_chat(messages)`; no BOS/EOS added beyond the template's own."""
-    text = self.render_chat(messages, add_generation_prompt=add_generation_prompt)
-    return self.backend.encode(text, add_special_tokens=False).ids
+    """Token ids of `render_chat(messages)`; no BOS/EOS added beyond the template's own.
+
+    The template's own control tokens become tokens; the same text inside the messages
+    stays text (`chat_template.mark_control_tokens`), so a message cannot end its turn
+    or forge another's. This equals transformers' `apply_chat_template(messages,
+    sanitize_control_tokens=True)`; messages without control-token text get the ids
+    of the rendered text encoded whole. `parse_special=True` encodes the rendered text
+    whole, control tokens in the messages included (transformers' default).
+    """
+    chat = self._chat(messages)
+    if parse_special:
+      text = self._render(chat, add_generation_prompt)
+      return self.backend.encode(text, add_special_tokens=False).ids
+    added = self.backend.get_added_tokens_decoder().values()
+    controls = chat_template.control_tokens(added, self._chat_template)
+    text = self._render(chat_template.mark_control_tokens(chat, controls), add_generation_prompt)
+    pieces = chat_template.split_marked_chat(text, tuple(token.content for token in added))
+    ids = self.backend.encode(pieces[0][0], add_special_tokens=False).ids
+    for piece, as_text in pieces[1:]:
+      piece_ids = self._encode_chat_piece(piece, as_text)
+      if as_text and self.backend.token_to_id(piece) in piece_ids:
+        raise ValueError(f"cannot keep {piece!r} as text: this tokenizer makes it from plain text")
+      ids += piece_ids
+    return ids
+
+  def _encode_chat_piece(self, piece: str, as_text: bool) -> list[int]:
+    """Ids of a piece from the middle of a chat; with `as_text`, no added token is matched
+    (transformers' `_encode_without_added_tokens`). Encoded after a newline that is then
+    removed (as transformers does), so that a tokenizer adding a prefix space at the
+    start of a text does not add one here."""
+
+    def encode(text: str) -> list[int]:
+      if not as_text:
+        return self.backend.encode(text, add_special_tokens=False).ids
+      backend = self.backend
+      if backend.normalizer is not None:
+        text = backend.normalizer.normalize_str(text)
+      splits = [text]
+      if backend.pre_tokenizer is not None:
+        splits = [split for split, _ in backend.pre_tokenizer.pre_tokenize_str(text)]
+      return [token.id for split in splits for token in backend.model.tokenize(split)]
+
+    newline = self.backend.encode("\n", add_special_tokens=False).ids
+    ids = encode("\n" + piece)
+    return ids[len(newline) :] if ids[: len(newline)] == newline else encode(piece)
 
   # --- constructors ----------------------------------------------------------------------
 

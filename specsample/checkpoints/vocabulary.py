@@ -53,7 +53,23 @@ class Vocabulary:
 
   @property
   def vocab_size(self) -> int:
+    """Pieces of the SentencePiece model."""
     return int(self._processor.GetPieceSize())
+
+  @property
+  def model_vocab_size(self) -> int:
+    """The ids a T5 with this vocabulary has: the pieces and 100 sentinels, padded to a
+    multiple of 128 (32128 for T5's 32000 pieces, 250112 for mT5's 250000)."""
+    return -(-(self.vocab_size + 100) // 128) * 128
+
+  def _checked(self, token) -> int:
+    token, size = int(token), self.model_vocab_size
+    if not 0 <= token < size:
+      raise ValueError(
+        f"token id {token} is outside the vocabulary: {self.vocab_size} SentencePiece "
+        f"pieces, ids 0..{size - 1} with T5's sentinels and padding"
+      )
+    return token
 
   def encode(self, text: str, *, add_eos: bool = True) -> list[int]:
     ids = list(self._seqio.encode(text)) if self._seqio else self._processor.EncodeAsIds(text)
@@ -61,8 +77,9 @@ class Vocabulary:
 
   def token_text(self, token: int) -> str:
     """The surface text of one token (SentencePiece's word-start mark as a space); ids
-    past the SentencePiece model (T5's sentinels and padding) as <extra_id_N> / <id N>."""
-    token = int(token)
+    past the SentencePiece model (T5's sentinels and padding) as <extra_id_N> / <id N>;
+    ids outside 0..model_vocab_size - 1 raise a ValueError."""
+    token = self._checked(token)
     if token == self.eos_id:
       return "</s>"
     if token >= self.vocab_size:
@@ -77,10 +94,12 @@ class Vocabulary:
 
   def decode(self, ids: Sequence[int]) -> str:
     """Text of the ids up to the first EOS; padding is dropped; ids past the
-    SentencePiece model (T5's sentinels) are written as <extra_id_N> / <id N>."""
+    SentencePiece model (T5's sentinels) are written as <extra_id_N> / <id N>. An id
+    outside 0..model_vocab_size - 1 raises a ValueError naming it (the whole list is
+    checked, also past EOS)."""
+    ids = [self._checked(token) for token in ids]
     kept, parts = [], []
     for token in ids:
-      token = int(token)
       if token == self.eos_id:
         break
       if token >= self.vocab_size:

@@ -135,13 +135,17 @@ def encode_prompts(texts, tokenizer, args, *, decoder_only: bool) -> list[list[i
   if args.system and not chat:
     raise UsageError("--system needs the chat template (--chat)")
   prefix = getattr(args, "prefix", None) or ""
+  special = {"parse_special": True} if getattr(args, "special", False) else {}
+  if special and not hasattr(tokenizer, "apply_chat_template"):
+    raise UsageError("--special: this tokenizer (SentencePiece) reads no special-token text")
   prompts = []
   for text in texts:
     if chat:
       messages = [{"role": "system", "content": args.system}] if args.system else []
-      prompts.append(tokenizer.apply_chat_template([*messages, {"role": "user", "content": text}]))
+      messages.append({"role": "user", "content": text})
+      prompts.append(tokenizer.apply_chat_template(messages, **special))
     else:
-      prompts.append(tokenizer.encode(prefix + text))
+      prompts.append(tokenizer.encode(prefix + text, **special))
   return prompts
 
 

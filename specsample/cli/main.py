@@ -26,6 +26,7 @@ from specsample.bench.pair import BENCH_RULES
 from specsample.cli.interrupt import INTERRUPTED_EXIT, exit_on_interrupt
 from specsample.cli.options import (
   add_decoding_options,
+  add_special_option,
   check_decoding_options,
   check_weights_option,
   gamma_list,
@@ -116,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
   )
   generate.add_argument("--system", help="a system message for the chat template")
   generate.add_argument("--prefix", default="", help='task prefix, e.g. "summarize: " (T5)')
+  add_special_option(generate)
   scale = generate.add_argument_group("devices")
   scale.add_argument("--mesh", help='shard over a device mesh, e.g. "data=2,model=4"')
   scale.add_argument(
@@ -142,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
   chat.add_argument("--no-chat", dest="chat", action="store_false")
   bench.set_defaults(system=None)
   bench.add_argument("--prefix", default=None, help="task prefix (bundled pair: its own)")
+  add_special_option(bench)
   bench.add_argument(
     "--input-file", help="one input per line, or JSONL with 'prompt' (default: the pair's own)"
   )
