@@ -1,12 +1,14 @@
 """Draft shapes side by side: the fixed chain (token-wise and block verification), adaptive
-draft length, and K-chain trees, against plain decoding, on one pair, in one run.
+draft length, K-chain trees and dynamic trees, against plain decoding, on one pair, in one
+run.
 
 Each prompt is decoded alone (batch 1, all prompts padded to one width so one program
 serves them all) by every decoder in the same interleaved rounds (bench.timing.time_calls:
 one untimed compiling call each, then --repeats rounds; medians summed over prompts).
 Trees get the same verified-token budget as the chain: K chains of gamma / K tokens score
 gamma + 1 tokens per target call, as the chain of gamma does. Adaptive drafting gets the
-chain's gamma as its maximum. Greedy outputs are checked against plain greedy decoding.
+chain's gamma as its maximum; dynamic trees (--dynamic N ...) score N + 1 tokens per call,
+--depth deep. Greedy outputs are checked against plain greedy decoding.
 
   python scripts/compare/compare_draft_shapes.py --pair smollm2 --gamma 4 --chains 2 4 \
       --num-prompts 8 --stride 5 --max-new-tokens 64 --out docs/bench/draft_shapes/smollm2.json
@@ -23,9 +25,15 @@ import sys
 
 import numpy as np
 
-from specsample import AdaptiveDraft, SamplingConfig, generate, speculative_generate
+from specsample import (
+  AdaptiveDraft,
+  DynamicTree,
+  SamplingConfig,
+  generate,
+  speculative_generate,
+)
 from specsample.bench.pair import pad_to_width
-from specsample.bench.timing import time_calls
+from specsample.bench.timing import measured_speedup, time_calls
 
 
 def load(pair: str, num_prompts: int, stride: int):
@@ -52,9 +60,13 @@ def decoders(target, draft, gamma: int, chains, sampling: SamplingConfig, args):
   shapes = {"autoregressive": None, "chain_token": dict(common, verification="token")}
   if not sampling.is_greedy:
     shapes["chain_block"] = dict(common, verification="block")
-  shapes["adaptive"] = dict(common, adaptive=AdaptiveDraft(threshold=args.threshold))
+  if not args.no_adaptive:
+    shapes["adaptive"] = dict(common, adaptive=AdaptiveDraft(threshold=args.threshold))
   for k in chains:  # K chains of gamma / K tokens: the chain's verified-token budget
     shapes[f"tree_{k}x{gamma // k}"] = dict(common, gamma=gamma // k, tree=k)
+  for nodes in args.dynamic:  # dynamic trees of N nodes (N + 1 verified tokens per call)
+    tree = DynamicTree(nodes=nodes, branching=args.branching)
+    shapes[f"dynamic_{nodes}"] = dict(common, gamma=args.depth, tree=tree)
   return shapes
 
 
@@ -75,6 +87,7 @@ def run(args) -> dict:
     sampling = SamplingConfig(temperature=temperature)
     shapes = decoders(target, draft, args.gamma, args.chains, sampling, args)
     seconds = dict.fromkeys(shapes, 0.0)
+    tokens = dict.fromkeys(shapes, 0)
     stats = {name: {"accepted": 0, "iterations": 0, "target_calls": 0} for name in shapes}
     outputs = {name: [] for name in shapes}
     for index, (array, lengths) in enumerate(rows):
@@ -96,6 +109,7 @@ def run(args) -> dict:
       timings, outs = time_calls(calls, repeats=args.repeats, warmup=index == 0)
       for name, timing, out in zip(shapes, timings, outs, strict=True):
         seconds[name] += timing.median
+        tokens[name] += int(np.sum(out.lengths))
         outputs[name].append(out.sequences()[0])
         if shapes[name] is not None:
           stats[name]["accepted"] += int(np.sum(out.stats.accepted))
@@ -104,10 +118,12 @@ def run(args) -> dict:
       print(f"  T={temperature:g} prompt {index + 1}/{len(rows)}", file=sys.stderr)
     for name in shapes:
       entry = {"temperature": temperature, "decoder": name, "seconds": seconds[name]}
-      entry["speedup_over_autoregressive"] = seconds["autoregressive"] / seconds[name]
+      entry["speedup_over_autoregressive"] = measured_speedup(
+        seconds["autoregressive"], tokens["autoregressive"], seconds[name], tokens[name]
+      )
       if shapes[name] is not None:
         s = stats[name]
-        entry["tokens_per_target_call"] = (s["accepted"] + s["iterations"]) / s["iterations"]
+        entry["tokens_per_target_call"] = tokens[name] / s["iterations"]
         entry["time_vs_chain_token"] = seconds[name] / seconds["chain_token"]
         if sampling.is_greedy:
           entry["greedy_identical"] = outputs[name] == outputs["autoregressive"]
@@ -132,8 +148,14 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--pair", choices=["ende", "smollm2"], default="smollm2")
   parser.add_argument("--gamma", type=int, default=4)
-  parser.add_argument("--chains", type=int, nargs="+", default=[2, 4], help="K of each tree")
+  parser.add_argument("--chains", type=int, nargs="*", default=[2, 4], help="K of each tree")
+  parser.add_argument(
+    "--dynamic", type=int, nargs="*", default=[], help="N of each dynamic tree (N nodes)"
+  )
+  parser.add_argument("--depth", type=int, default=5, help="the dynamic trees' depth")
+  parser.add_argument("--branching", type=int, default=DynamicTree.branching)
   parser.add_argument("--threshold", type=float, default=AdaptiveDraft.threshold)
+  parser.add_argument("--no-adaptive", action="store_true", help="leave adaptive length out")
   parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
   parser.add_argument("--num-prompts", type=int, default=8)
   parser.add_argument(
