@@ -291,7 +291,7 @@ def _resolve(config: ml_collections.ConfigDict) -> Pipeline:
       raise ValueError(f"source {config.source!r} needs --config.data_files=PATH_OR_GLOB")
     files = {config.split: config.data_files}
   max_examples = int(config.max_examples)
-  return Pipeline(
+  pipeline = Pipeline(
     name=config.name,
     task=spec,
     source=config.source,
@@ -315,3 +315,5 @@ def _resolve(config: ml_collections.ConfigDict) -> Pipeline:
     paper_row=paper_row(config.paper_row),
     workdir=config.workdir or os.path.join("out", "eval", config.name),
   )
+  pipeline.speculative_settings()  # gamma (1..64), a finite temperature: as decoding checks
+  return pipeline
