@@ -33,7 +33,7 @@ import numpy as np
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.bench.costs import clear_step_programs, interleaved_step_seconds
-from specsample.bench.timing import time_calls
+from specsample.bench.timing import measured_speedup, time_calls
 from specsample.core.speedup import theoretical_speedup
 from specsample.decoding import clear_compiled_programs
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
@@ -90,7 +90,7 @@ def check_row(target, draft, gamma: int, batch: int, args) -> dict:
   )
   sampling = SamplingConfig(temperature=1.0)
   common = dict(prompt_lengths=lengths, max_new_tokens=args.max_new_tokens, sampling=sampling)
-  (spec, plain), (out, _) = time_calls(
+  (spec, plain), (out, plain_out) = time_calls(
     [
       lambda: speculative_generate(target, draft, prompts, gamma=gamma, **common),
       lambda: generate(target, prompts, **common),
@@ -100,7 +100,9 @@ def check_row(target, draft, gamma: int, batch: int, args) -> dict:
   c, r = t_draft / t1, t_verify / t1
   alpha = out.stats.alpha
   predicted = theoretical_speedup(alpha, gamma, c, r)
-  measured = plain.median / spec.median
+  measured = measured_speedup(
+    plain.median, int(np.sum(plain_out.lengths)), spec.median, int(np.sum(out.lengths))
+  )
   calls = max(1, int(out.stats.target_calls))
   return {
     "batch": batch,

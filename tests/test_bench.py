@@ -89,11 +89,13 @@ def test_sweep_points_follow_the_papers_formulas(report):
     assert p.predicted_paper == pytest.approx(expected / (p.gamma * costs.c + 1))
     assert p.predicted_with_r == pytest.approx(expected / (p.gamma * costs.c + costs.r(p.gamma)))
     assert p.efficiency == pytest.approx(p.speedup / p.predicted_with_r)
-    assert p.speedup == pytest.approx(p.autoregressive_seconds / p.speculative_seconds)
+    per_token = (p.autoregressive_seconds / p.autoregressive_tokens) / (
+      p.speculative_seconds / p.new_tokens
+    )
+    assert p.speedup == pytest.approx(per_token)
     assert len(p.accepted_histogram) == p.gamma + 1
     iterations = sum(p.accepted_histogram)
-    accepted = sum(n * count for n, count in enumerate(p.accepted_histogram))
-    assert p.tokens_per_target_call == pytest.approx((accepted + iterations) / iterations)
+    assert p.tokens_per_target_call == pytest.approx(p.new_tokens / iterations)
     assert 0 <= p.alpha <= 1
   # Greedy with an identical draft prefix: the same target calls across rules.
   greedy = [p for p in report.sweep if p.temperature == 0.0 and p.gamma == 2]

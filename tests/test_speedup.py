@@ -60,3 +60,115 @@ def test_mean_acceptance_probability():
 def test_bad_arguments(call):
   with pytest.raises(ValueError):
     call()
+
+
+# --- the measured speedup: one definition, per generated token --------------------------
+
+
+def test_measured_speedup_is_the_ratio_of_times_per_token():
+  from specsample.bench.timing import measured_speedup, seconds_per_token
+
+  assert measured_speedup(2.0, 100, 1.0, 100) == pytest.approx(2.0)  # same tokens: times
+  # 13.2 ms/token plainly over 20 tokens, 14.6 ms/token speculatively over 90 tokens
+  assert measured_speedup(0.264, 20, 1.314, 90) == pytest.approx(13.2 / 14.6)
+  assert seconds_per_token(1.5, 3) == 0.5
+  for bad in (0, -1, 2.5, True):
+    with pytest.raises(ValueError, match="at least one generated token"):
+      seconds_per_token(1.0, bad)
+
+
+def _comparison(spec_tokens, ar_tokens, spec_seconds, ar_seconds):
+  """A Comparison of one row each, with outputs of the given lengths."""
+  import numpy as np
+
+  from specsample.cli.compare import Comparison
+  from specsample.decoding import DecodingStats, GenerationOutput
+
+  def output(length, gamma):
+    stats = DecodingStats(
+      target_calls=np.int32(length), draft_calls=np.int32(0), iterations=np.array([length]),
+      drafted=np.zeros(1, int), accepted=np.zeros(1, int), rejected=np.zeros(1, int),
+      accepted_histogram=None if gamma == 0 else np.array([length] + [0] * gamma),
+    )  # fmt: skip
+    tokens = np.full((1, 100), 0, np.int32)
+    return GenerationOutput(tokens=tokens, lengths=np.array([length]), stats=stats)
+
+  return Comparison(
+    speculative=output(spec_tokens, 4), autoregressive=output(ar_tokens, 0),
+    speculative_seconds=spec_seconds, autoregressive_seconds=ar_seconds,
+    speculative_compile_seconds=1.0, autoregressive_compile_seconds=1.0,
+  )  # fmt: skip
+
+
+def test_headline_speedup_equals_ratio_of_per_token_figures():
+  """Sampled outputs of different lengths: total times would give 0.20x here; per token,
+  13.2 -> 14.6 ms/token is 0.90x, and the line says so."""
+  import re
+
+  from specsample.cli.compare import summary_line
+
+  comparison = _comparison(spec_tokens=90, ar_tokens=20, spec_seconds=1.314, ar_seconds=0.264)
+  assert comparison.speedup == pytest.approx(13.2 / 14.6)
+  line = summary_line(comparison)
+  found = re.search(
+    r"speedup ([\d.]+)x over autoregressive \(([\d.]+) -> ([\d.]+) ms/token\)", line
+  )
+  assert found, line
+  speedup, plain_ms, spec_ms = map(float, found.groups())
+  assert (plain_ms, spec_ms) == (13.2, 14.6)
+  assert speedup == pytest.approx(plain_ms / spec_ms, abs=0.005)
+
+
+def test_headline_speedup_of_a_sampled_run_equals_ratio_of_per_token_figures():
+  """A real side-by-side run at temperature 1 (toy models): the outputs differ in
+  length, and the headline is still the ratio of the two ms/token figures."""
+  from specsample import SamplingConfig
+  from specsample.cli.compare import compare
+  from specsample.decoding import SpeculativeSettings
+  from specsample.models import MarkovLM
+
+  target = MarkovLM.random(0, 8, eos_id=1, max_length=64)
+  draft = MarkovLM.random(1, 8, eos_id=1, max_length=64)
+  settings = SpeculativeSettings(gamma=3, max_new_tokens=24, sampling=SamplingConfig(1.0))
+  comparison = compare(target, draft, [[2, 3], [4], [5, 6]], settings, seed=1, repeats=1)
+  spec, plain = comparison.tokens("speculative"), comparison.tokens("autoregressive")
+  assert spec != plain  # the case the per-token definition is for
+  ratio = comparison.ms_per_token("autoregressive") / comparison.ms_per_token("speculative")
+  assert comparison.speedup == pytest.approx(ratio)
+
+
+def test_bench_and_eval_speedups_are_per_token():
+  """The bench's sweep, batch and phase points and the eval report use the same rule."""
+  from specsample.bench.pair import BatchPoint, SweepPoint
+  from specsample.bench.phases import PhaseBreakdown
+  from specsample.eval.report import aggregate
+
+  nan = float("nan")
+  sweep = SweepPoint(
+    gamma=2, rule="token", temperature=1.0, alpha=0.5, tokens_per_target_call=2.0,
+    accepted_histogram=[1, 1, 1], speculative_seconds=1.314, autoregressive_seconds=0.264,
+    target_calls=3, new_tokens=90, autoregressive_tokens=20, predicted_paper=nan,
+    predicted_with_r=nan, model_seconds_per_iteration=nan,
+  )  # fmt: skip
+  assert sweep.speedup == pytest.approx(13.2 / 14.6)
+  batch = BatchPoint(
+    batch_size=4, gamma=2, temperature=1.0, speculative_seconds=1.314,
+    autoregressive_seconds=0.264, new_tokens=90, autoregressive_tokens=20,
+  )  # fmt: skip
+  assert batch.speedup == pytest.approx(13.2 / 14.6)
+  phases = PhaseBreakdown(
+    gamma=2, temperature=1.0, rule="token", iterations=40, tokens=20, speculative_tokens=90,
+    speculative_seconds=1.314, model_calls_seconds=1.0, target_calls_seconds=0.8,
+    prefill_seconds=0.1, target_prefill_seconds=0.05, autoregressive_seconds=0.264,
+    autoregressive_calls_seconds=0.2,
+  )  # fmt: skip
+  assert phases.speedup == pytest.approx(13.2 / 14.6)
+  assert phases.speedup_without_prefill == pytest.approx((0.214 / 20) / (1.214 / 90))
+  record = {
+    "accepted": 10, "rejected": 5, "iterations": 10, "target_seconds": 0.264,
+    "speculative_seconds": 1.314, "target_tokens": 20, "speculative_tokens": 90,
+    "target_output": "a", "speculative_output": "b",
+  }  # fmt: skip
+  totals = aggregate([record])
+  assert totals["speedup"] == pytest.approx(13.2 / 14.6)
+  assert totals["tokens_per_target_call"] == pytest.approx(9.0)

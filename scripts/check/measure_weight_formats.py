@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample import SamplingConfig, bundled, generate, speculative_generate
-from specsample.bench.timing import interleaved_medians
+from specsample.bench.timing import interleaved_medians, measured_speedup, seconds_per_token
 from specsample.kernels import blocks, small_k
 from specsample.models.weights import weight_bytes, with_weight_dtype
 
@@ -103,8 +103,7 @@ def measure_products(models: dict, rows: range, repeats: int) -> dict:
 
 def measure_decoding(target, draft, prompts: list, new_tokens: int) -> dict:
   plain_s = spec_s = 0.0
-  equal = 0
-  calls = 0
+  equal = calls = plain_tokens = spec_tokens = 0
   for prompt in prompts:
     array = jnp.asarray([prompt], jnp.int32)
     common = dict(max_new_tokens=new_tokens, sampling=GREEDY)
@@ -119,13 +118,14 @@ def measure_decoding(target, draft, prompts: list, new_tokens: int) -> dict:
     spec_s += end - middle
     equal += plain == spec
     calls += int(output.stats.target_calls)
-  tokens = new_tokens * len(prompts)
+    plain_tokens += len(plain[0])
+    spec_tokens += len(spec[0])
   return {
     "target_mb": weight_bytes(target) / 1e6,
-    "plain_ms_per_token": plain_s / tokens * 1e3,
-    "speculative_ms_per_token": spec_s / tokens * 1e3,
-    "speedup": plain_s / spec_s,
-    "tokens_per_target_call": tokens / calls,
+    "plain_ms_per_token": seconds_per_token(plain_s, plain_tokens) * 1e3,
+    "speculative_ms_per_token": seconds_per_token(spec_s, spec_tokens) * 1e3,
+    "speedup": measured_speedup(plain_s, plain_tokens, spec_s, spec_tokens),
+    "tokens_per_target_call": spec_tokens / calls,
     "identical_prompts": f"{equal}/{len(prompts)}",
   }
 

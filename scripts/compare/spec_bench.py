@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 from specsample.bench.pair import pad_to_width
-from specsample.bench.timing import time_calls
+from specsample.bench.timing import measured_speedup, seconds_per_token, time_calls
 from specsample.core import SamplingConfig
 from specsample.decoding import SpeculativeSettings, generate, speculative_decode
 from specsample.pairs import load_pair
@@ -119,16 +119,16 @@ def main() -> int:
   ]
   results = {}
   for task, c in rows:
-    spec_ms = 1e3 * c["spec_s"] / max(1, c["spec_tokens"])
-    plain_ms = 1e3 * c["plain_s"] / max(1, c["plain_tokens"])
+    spec_ms = 1e3 * seconds_per_token(c["spec_s"], c["spec_tokens"])
+    plain_ms = 1e3 * seconds_per_token(c["plain_s"], c["plain_tokens"])
+    speedup = measured_speedup(c["plain_s"], c["plain_tokens"], c["spec_s"], c["spec_tokens"])
     tau = c["spec_tokens"] / max(1, c["calls"])
     results[task] = {
       "prompts": c["prompts"], "tau": round(tau, 3), "plain_ms_per_token": round(plain_ms, 3),
-      "speculative_ms_per_token": round(spec_ms, 3), "speedup": round(plain_ms / spec_ms, 3),
+      "speculative_ms_per_token": round(spec_ms, 3), "speedup": round(speedup, 3),
     }  # fmt: skip
     table.append(
-      f"| {task} | {c['prompts']} | {tau:.2f} | {plain_ms:.2f} | {spec_ms:.2f} | "
-      f"{plain_ms / spec_ms:.2f}x |"
+      f"| {task} | {c['prompts']} | {tau:.2f} | {plain_ms:.2f} | {spec_ms:.2f} | {speedup:.2f}x |"
     )
   print("\n".join(table))
   if args.out:

@@ -7,6 +7,7 @@ import json
 import pathlib
 
 from specsample.bench.pair import PairReport
+from specsample.bench.timing import seconds_per_token
 from specsample.core import theoretical_speedup
 
 
@@ -90,7 +91,8 @@ def markdown(report: PairReport, *, title: str = "Benchmark") -> str:
   lines = [f"## {title}", ""]
   lines += [
     f"{report.num_prompts} prompts at batch 1, up to {settings.max_new_tokens} new tokens, "
-    f"medians of {settings.repeats} timed runs (compilation excluded).",
+    f"medians of {settings.repeats} timed runs (compilation excluded). A speedup S is plain "
+    "decoding's ms per generated token / speculative decoding's, on the same prompts.",
     "",
     f"- t_target(1) = {1e3 * costs.target_seconds[1]:.2f} ms, "
     f"t_draft(1) = {1e3 * costs.draft_seconds:.2f} ms, **c = {costs.c:.3f}**",
@@ -121,14 +123,16 @@ def markdown(report: PairReport, *, title: str = "Benchmark") -> str:
   if report.batch:
     lines += [
       "",
-      "| T | batch | gamma | speculative s | autoregressive s | speedup | tokens/s (spec.) |",
+      "| T | batch | gamma | autoregressive ms/token | speculative ms/token | speedup "
+      "| tokens/s (spec.) |",
       "|---|---|---|---|---|---|---|",
     ]
     for b in report.batch:
+      plain_ms = 1e3 * seconds_per_token(b.autoregressive_seconds, b.autoregressive_tokens)
+      spec_ms = 1e3 * seconds_per_token(b.speculative_seconds, b.new_tokens)
       lines.append(
-        f"| {b.temperature:g} | {b.batch_size} | {b.gamma} | {b.speculative_seconds:.3f} | "
-        f"{b.autoregressive_seconds:.3f} | {b.speedup:.2f}x | "
-        f"{b.new_tokens / b.speculative_seconds:.0f} |"
+        f"| {b.temperature:g} | {b.batch_size} | {b.gamma} | {plain_ms:.2f} | {spec_ms:.2f} | "
+        f"{b.speedup:.2f}x | {b.new_tokens / b.speculative_seconds:.0f} |"
       )
   if report.phases:
     lines += ["", *phase_table(report)]
@@ -141,9 +145,10 @@ def phase_table(report: PairReport) -> list[str]:
   """Where the time goes at each temperature's best gamma: measured in the loops against
   what the cost model charges (milliseconds)."""
   costs = report.costs
+  phase_prompts = min(report.num_prompts, report.settings.phase_prompts)
   lines = [
     "Where the time goes (batch 1, measured best gamma, on the first "
-    f"{min(report.num_prompts, report.settings.phase_prompts)} prompts; ms; the cost "
+    f"{phase_prompts} prompts; ms; the cost "
     "model's charge in brackets; `bench.phases`):",
     "",
     "| T | gamma | draft phase / iteration | verify / iteration | bookkeeping / iteration "
@@ -160,7 +165,7 @@ def phase_table(report: PairReport) -> list[str]:
       f"{verify_model} | {1e3 * p.bookkeeping_per_iteration:.2f} (0) | "
       f"{1e3 * p.step_per_token:.2f} ({1e3 * costs.target_seconds[1]:.2f}) | "
       f"{1e3 * p.autoregressive_bookkeeping_per_token:.2f} (0) | "
-      f"{1e3 * p.prefill_seconds / report.num_prompts:.2f} | {p.speedup:.2f}x | "
+      f"{1e3 * p.prefill_seconds / phase_prompts:.2f} | {p.speedup:.2f}x | "
       f"{p.speedup_without_prefill:.2f}x |"
     )
   return lines
@@ -295,6 +300,7 @@ RULE_STYLES = (
   ("tree2", "D", "--"),
   ("tree3", "v", "--"),
   ("tree4", "P", "--"),
+  ("dynamic", "*", "--"),
 )
 
 

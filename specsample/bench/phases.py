@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample.bench.costs import clear_step_programs
-from specsample.bench.timing import interleaved_medians
+from specsample.bench.timing import interleaved_medians, measured_speedup
 from specsample.core import SamplingConfig
 from specsample.core.contract import uses_target_features
 from specsample.decoding import (
@@ -55,7 +55,8 @@ class PhaseBreakdown:
   temperature: float
   rule: str
   iterations: int  # speculative iterations (target calls), all prompts
-  tokens: int  # autoregressive steps, all prompts
+  tokens: int  # autoregressive steps (= tokens generated plainly), all prompts
+  speculative_tokens: int  # tokens generated speculatively, all prompts
   speculative_seconds: float
   model_calls_seconds: float  # the speculative loop's model calls only (with prefills)
   target_calls_seconds: float  # the same without the draft's calls
@@ -88,14 +89,21 @@ class PhaseBreakdown:
 
   @property
   def speedup(self) -> float:
-    return self.autoregressive_seconds / self.speculative_seconds
+    """Plain seconds per token / speculative seconds per token (measured_speedup)."""
+    return measured_speedup(
+      self.autoregressive_seconds, self.tokens, self.speculative_seconds, self.speculative_tokens
+    )
 
   @property
   def speedup_without_prefill(self) -> float:
-    """The per-iteration speedup the paper's formula describes: prefills taken out."""
-    return (self.autoregressive_seconds - self.target_prefill_seconds) / (
-      self.speculative_seconds - self.prefill_seconds
-    )
+    """The per-iteration speedup the paper's formula describes: prefills taken out (NaN
+    where timing noise leaves no time after the prefill, as on tiny models)."""
+    if self.speculative_seconds <= self.prefill_seconds:
+      return float("nan")
+    return measured_speedup(
+      self.autoregressive_seconds - self.target_prefill_seconds, self.tokens,
+      self.speculative_seconds - self.prefill_seconds, self.speculative_tokens,
+    )  # fmt: skip
 
 
 def phase_breakdown(
@@ -125,7 +133,7 @@ def phase_breakdown(
   totals = dict.fromkeys(
     ("spec", "calls", "target_calls", "prefill", "target_prefill", "ar", "ar_calls"), 0.0
   )
-  iterations = tokens = 0
+  iterations = tokens = speculative_tokens = 0
   for index, (array, length) in enumerate(rows):
     array, length = jnp.asarray(array, jnp.int32), jnp.asarray(length, jnp.int32)
     if array.ndim != 2 or array.shape[0] != 1 or length.shape != (1,):
@@ -140,6 +148,7 @@ def phase_breakdown(
     n_steps = jnp.asarray(ar_out.stats.target_calls, jnp.int32)
     iterations += int(n_iter)
     tokens += int(n_steps)
+    speculative_tokens += int(spec_out.lengths[0])
     calls = {
       "spec": lambda a=array, n=length: (
         speculative_decode(target, draft, a, spec_settings, seed=seed, prompt_lengths=n).tokens
@@ -177,6 +186,7 @@ def phase_breakdown(
     rule=rule,
     iterations=max(1, iterations),
     tokens=max(1, tokens),
+    speculative_tokens=max(1, speculative_tokens),
     speculative_seconds=totals["spec"],
     model_calls_seconds=totals["calls"],
     target_calls_seconds=totals["target_calls"],

@@ -4,6 +4,11 @@ One timer serves every measurement (`time_calls`): each call runs once untimed (
 compiles), then `repeats` rounds time every call once in turn, so that a slow or fast
 spell of a shared machine lands on all of them alike. Compare ratios of calls timed in
 the same rounds, not absolute times from different runs.
+
+The measured speedup has one definition everywhere (`measured_speedup`): plain decoding's
+time per generated token over speculative decoding's, both on the same prompts. Sampled
+outputs of the two differ in length, so their total times do not compare; per token they
+do, and the speedup always equals the ratio of the two ms/token figures reported beside it.
 """
 
 from __future__ import annotations
@@ -75,3 +80,23 @@ def interleaved_medians(
 ) -> list[float]:
   """The median seconds of each call, timed side by side (`time_calls`)."""
   return [timing.median for timing in time_calls(calls, repeats=repeats, warmup=warmup)[0]]
+
+
+def seconds_per_token(seconds: float, tokens: int) -> float:
+  """Time per generated token: `seconds` for `tokens` tokens (all rows, EOS included)."""
+  if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 1:
+    raise ValueError(f"a time per token needs at least one generated token, got {tokens!r}")
+  return seconds / tokens
+
+
+def measured_speedup(
+  plain_seconds: float, plain_tokens: int, speculative_seconds: float, speculative_tokens: int
+) -> float:
+  """Speedup of speculative over plain decoding of the same prompts: plain seconds per
+  generated token / speculative seconds per generated token. The token counts are what
+  each decode generated (all rows, EOS included); at temperature 0 they are equal and
+  this is the ratio of the times."""
+  speculative = seconds_per_token(speculative_seconds, speculative_tokens)
+  if not speculative > 0:
+    raise ValueError(f"speculative decoding took {speculative_seconds} s: no speedup to report")
+  return seconds_per_token(plain_seconds, plain_tokens) / speculative

@@ -2,8 +2,9 @@
 
 `build_report` aggregates the per-example records (see runner.decode_batch) exactly as
 `DecodingStats` does for one run: alpha = accepted / (accepted + rejected), tokens per
-target call = (accepted + iterations) / iterations, speedup = sum of the target-alone
-seconds / sum of the speculative seconds.
+target call = generated tokens / iterations, speedup = the target alone's seconds
+per generated token / the speculative decoder's, each summed over the examples
+(bench.timing.measured_speedup).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 from collections.abc import Sequence
 
+from specsample.bench.timing import measured_speedup
 from specsample.core import theoretical_speedup
 from specsample.eval.configs import Pipeline
 from specsample.eval.metrics import paired_bootstrap, score
@@ -30,10 +32,17 @@ def aggregate(records: Sequence[dict]) -> dict:
   iterations = sum(r["iterations"] for r in records)
   target_seconds = sum(r["target_seconds"] for r in records)
   speculative_seconds = sum(r["speculative_seconds"] for r in records)
+  target_tokens = sum(r["target_tokens"] for r in records)
+  speculative_tokens = sum(r["speculative_tokens"] for r in records)
+  timed = speculative_seconds > 0 and min(target_tokens, speculative_tokens) > 0
   return {
     "alpha": accepted / verified if verified else float("nan"),
-    "tokens_per_target_call": (accepted + iterations) / iterations if iterations else float("nan"),
-    "speedup": target_seconds / speculative_seconds if speculative_seconds else float("nan"),
+    "tokens_per_target_call": speculative_tokens / iterations if iterations else float("nan"),
+    "speedup": measured_speedup(
+      target_seconds, target_tokens, speculative_seconds, speculative_tokens
+    )
+    if timed
+    else float("nan"),
     "seconds": {"target": target_seconds, "speculative": speculative_seconds},
     "identical_outputs": sum(r["target_output"] == r["speculative_output"] for r in records)
     / len(records),
