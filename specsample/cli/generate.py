@@ -6,7 +6,9 @@ input and stdout a terminal, the text is printed as the loop accepts it (`Stream
 from __future__ import annotations
 
 import pathlib
+import queue
 import sys
+import threading
 
 from specsample.cli.compare import Comparison, compare, summary_line
 from specsample.cli.limits import check_prompt_lengths, target_context
@@ -22,20 +24,34 @@ from specsample.decoding import SpeculativeSettings
 class StreamedText:
   """Prints one row's text as its tokens are accepted (a sink for `on_tokens`).
 
-  Each call decodes the row so far and writes what the text gained, so a character whose
-  bytes span several tokens appears once it is whole (the decoded text is held back while
-  it ends in U+FFFD). `finish` writes the rest of the final text and the newline: the
-  terminal then holds exactly the text printed without streaming.
+  A call only queues the tokens (the compiled loop waits for it; a slow terminal must not
+  hold it up); a thread of its own decodes the row so far and writes what the text
+  gained, so a character whose bytes span several tokens appears once it is whole (the
+  decoded text is held back while it ends in U+FFFD). `finish` waits for that thread and
+  writes the rest of the final text and the newline: the terminal then holds exactly the
+  text printed without streaming.
   """
 
   def __init__(self, tokenizer, out):
     self.tokenizer, self.out = tokenizer, out
     self.tokens: list[int] = []
     self.printed = ""
+    self._queue: queue.SimpleQueue = queue.SimpleQueue()
+    self._thread = threading.Thread(target=self._print, name="specsample-print", daemon=True)
+    self._thread.start()
 
   def __call__(self, row: int, tokens: list[int]) -> None:
-    self.tokens += tokens
-    self._write(self.tokenizer.decode(self.tokens).rstrip("\ufffd"))
+    self._queue.put(tokens)
+
+  def _print(self) -> None:
+    while (tokens := self._queue.get()) is not None:
+      self.tokens += tokens
+      while not self._queue.empty():  # catch up on what came meanwhile: one decode
+        if (more := self._queue.get()) is None:
+          self._queue.put(None)
+          break
+        self.tokens += more
+      self._write(self.tokenizer.decode(self.tokens).rstrip("\ufffd"))
 
   def _write(self, text: str) -> None:
     if len(text) > len(self.printed) and text.startswith(self.printed):
@@ -44,6 +60,8 @@ class StreamedText:
       self.printed = text
 
   def finish(self, tokens) -> None:
+    self._queue.put(None)
+    self._thread.join()
     text = self.tokenizer.decode(tokens)
     if not text.startswith(self.printed):  # decoding rewrote printed text: print it anew
       self.out.write("\n")
