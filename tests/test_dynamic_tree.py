@@ -222,3 +222,40 @@ def test_dynamic_tree_refusals():
     speculative_generate(
       target, NGramDraft.for_target(target), [[1, 2]], max_new_tokens=3, tree=DynamicTree(4)
     )
+
+
+def _with_lookup(draft, target):
+  from specsample.models.lookup_draft import LookupThenModel
+
+  return LookupThenModel.for_target(draft, target, max_ngram=3, trust_ngram=1)
+
+
+def test_greedy_dynamic_tree_with_prompt_lookup_as_a_branch():
+  """Prompt lookup in front of the draft joins the tree as a branch of its own: greedy
+  output stays plain greedy, and on text that repeats itself the branch adds accepted
+  tokens per target call."""
+  target, draft = make_pair(seed=8, vocab=9, order=2, noise=2.0)
+  prompts = [[1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2], [6, 7, 6, 7, 6, 7], [3, 3, 4]]
+  greedy = SamplingConfig(0.0)
+  plain = generate(target, prompts, max_new_tokens=16, sampling=greedy)
+  tree = DynamicTree(nodes=4, branching=2)
+  calls = {}
+  for name, candidate in (("model", draft), ("lookup", _with_lookup(draft, target))):
+    spec = speculative_generate(
+      target, candidate, prompts, gamma=4, max_new_tokens=16, sampling=greedy, tree=tree
+    )
+    assert spec.sequences() == plain.sequences(), name
+    calls[name] = spec.stats.tokens_per_target_call
+  assert calls["lookup"] > calls["model"], calls
+
+
+@pytest.mark.slow
+def test_dynamic_tree_with_prompt_lookup_is_lossless():
+  target, draft = make_pair(seed=21, vocab=6, order=2, eos_id=1)
+  sampling = SamplingConfig(temperature=1.0)
+  out = speculative_generate(
+    target, _with_lookup(draft, target), batched_prompts(ROWS_PER_PROMPT), gamma=3,
+    max_new_tokens=4, sampling=sampling, seed=5, tree=DynamicTree(nodes=4, branching=2),
+  )  # fmt: skip
+  for result in fits_per_prompt(target, np.asarray(out.tokens), 4, sampling):
+    assert result.ok, result

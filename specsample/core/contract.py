@@ -207,6 +207,19 @@ class WeightTraffic(Protocol):
     ...
 
 
+@runtime_checkable
+class PromptLookupFront(Protocol):
+  """A draft that is prompt lookup in front of a draft model (models.lookup_draft): the
+  parts, for drafters that use them apart (a dynamic tree grows from the model and adds
+  the lookup's continuation as a branch of its own)."""
+
+  model: Any  # the draft model behind the lookup
+  # The n-gram lookup (init_state, rewind, and `lookup(state, tokens, num_valid)` ->
+  # (proposals int32[batch, k], n-gram lengths int32[batch, k], state)).
+  lookup: Any
+  trust_ngram: int  # proposals found with n-grams this long or longer are used
+
+
 def prompt_pad_id(model: Any) -> int | None:
   """The model's `prompt_pad_id` (`PromptPadding`), or None."""
   return model.prompt_pad_id if isinstance(model, PromptPadding) else None
@@ -227,6 +240,14 @@ def uses_target_features(model: Any) -> bool:
   `uses_target_features` is true): the speculative loop then passes it the target's
   features."""
   return isinstance(model, FeatureDraftModel) and bool(model.uses_target_features)
+
+
+def lookup_parts(model: Any) -> tuple[Any, Any, int] | None:
+  """(draft model, lookup, trust_ngram) of a draft with prompt lookup in front
+  (`PromptLookupFront`), or None."""
+  if isinstance(model, PromptLookupFront):
+    return model.model, model.lookup, model.trust_ngram
+  return None
 
 
 def weights_per_call(model: Any) -> tuple[int, int] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from specsample.core.contract import uses_target_features
+from specsample.core.contract import lookup_parts, uses_target_features
 from specsample.core.sampling import SamplingConfig
 from specsample.core.verification import VERIFICATION_RULES, VerificationRule
 from specsample.decoding.adaptive import AdaptiveDraft
@@ -201,11 +201,14 @@ class SpeculativeSettings:
           "dynamic trees take a token-level draft; this draft reads the target's features "
           "(use it with a chain, or a DraftTree)"
         )
-      for role, model in (("target", target), ("draft", draft)):
+      parts = lookup_parts(draft)  # prompt lookup joins the tree as a branch of its own
+      tree_draft = draft if parts is None else parts[0]
+      for role, model in (("target", target), ("draft", tree_draft)):
         if not supports_trees(model):
           raise ValueError(
             f"the {role} model ({type(model).__name__}) has no extend_tree/keep_path, which "
-            "dynamic trees need (T5, DecoderOnly and MarkovLM have them)"
+            "dynamic trees need (T5, DecoderOnly and MarkovLM have them; prompt lookup "
+            "joins a tree grown from a draft model)"
           )
     if uses_target_features(draft):
       check_feature_pair(target, draft, adaptive=self.adaptive, tree=tree)

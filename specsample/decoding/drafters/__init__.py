@@ -3,7 +3,7 @@ steps 1, 2, 3 and 5 (drafters.base says what a drafter is)."""
 
 from __future__ import annotations
 
-from specsample.core.contract import uses_target_features
+from specsample.core.contract import lookup_parts, uses_target_features
 from specsample.decoding.drafters.adaptive import AdaptiveDrafter
 from specsample.decoding.drafters.base import Drafter, Proposal, Scored, Verdict
 from specsample.decoding.drafters.chain import ChainDrafter
@@ -23,6 +23,10 @@ def make_drafter(draft, settings) -> Drafter:
   if settings.tree is not None:
     return TreeDrafter(**common, tree=settings.tree)
   if settings.dynamic_tree is not None:
+    parts = lookup_parts(draft)  # prompt lookup in front: its continuation is a branch
+    if parts is not None:
+      model, lookup, trust_ngram = parts
+      common.update(draft=model, lookup=lookup, trust_ngram=trust_ngram)
     return DynamicTreeDrafter(**common, tree=settings.dynamic_tree)
   if uses_target_features(draft):
     return FeatureDrafter(**common)

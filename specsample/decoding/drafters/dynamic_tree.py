@@ -12,8 +12,14 @@ draft's most likely continuations, and the target scores all of it in ONE call.
   3. Verify: greedy keeps the deepest path matching the target's argmax; at temperature > 0
      multi-candidate rejection sampling from the root down (core.dynamic_tree), exact for
      candidates chosen without looking at the target.
-  5. Both caches keep only the accepted path (`keep_path`); the draft owes y (and x_n
-     when it never ran x_n).
+  5. Both caches keep only the accepted path (`keep_path`); the draft keeps the path's
+     nodes it ran and owes the rest of the committed tokens (y, and x_n when it never ran
+     x_n; all of them after a lookup branch won).
+
+With prompt lookup in front of the draft model (`core.contract.PromptLookupFront`), the
+tree grows from the model alone and the lookup's continuation, up to gamma tokens while
+it is found with trusted n-grams, joins it as one more branch from the root: lookup and
+draft are verified in the same target call.
 
 Models need `extend_tree` and `keep_path` that take a RowTrees layout (T5, DecoderOnly,
 MarkovLM).
@@ -22,15 +28,17 @@ MarkovLM).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from specsample.core.dynamic_tree import RowTrees, verify_dynamic_greedy, verify_dynamic_sampling
-from specsample.core.sampling import logits_to_probs, nonfinite_logits
+from specsample.core.sampling import SamplingConfig, logits_to_probs, nonfinite_logits
+from specsample.core.verification import VerificationRule
 from specsample.decoding.drafters.base import Proposal, Scored, Verdict, bad_logits_used
-from specsample.decoding.drafters.chain import ChainDrafter, ChainState, catch_up
+from specsample.decoding.drafters.chain import catch_up
 
 MAX_NODES = 64
 MAX_BRANCHING = 8
@@ -65,8 +73,40 @@ class DynamicProposal(Proposal):
   """A dynamic tree: tokens int32[batch, nodes] (slots 1..nodes of `trees`, whose slot 0
   is the root), and where each node's draft keys/values lie."""
 
-  trees: RowTrees  # [batch, nodes + 1]: the target call's layout
-  draft_slots: jax.Array  # int32[batch, nodes + 1]: each slot's draft tree slot (-1: none)
+  trees: RowTrees  # [batch, slots]: the target call's layout (root, lookup branch, nodes)
+  draft_slots: jax.Array  # int32[batch, slots]: each slot's draft tree slot (-1: none)
+  lookup_state: Any = None  # the lookup's state after its catch-up (None without lookup)
+
+
+@struct.dataclass(kw_only=True)
+class DynamicTreeState:
+  """What the drafter carries between iterations: committed tokens each part still owes."""
+
+  model_state: Any  # the draft model's cache
+  pending: jax.Array  # int32[batch, gamma + 1]: committed tokens the model has not seen
+  num_pending: jax.Array  # int32[batch]: 1..gamma + 1
+  lookup_state: Any = None  # prompt lookup's token history (None without lookup)
+  lookup_pending: jax.Array | None = None  # int32[batch, gamma + 1]
+  lookup_num_pending: jax.Array | None = None  # int32[batch]
+
+
+def _catch_up(model, model_state, pending: jax.Array, num_pending: jax.Array):
+  """The model consumes each row's pending tokens (int32[batch, W], num_pending
+  int32[batch]; 0 for rows that sit out) -> (logits after each row's last [batch, vocab],
+  state): one call as wide as W when some row owes more than 2 (after a lookup branch
+  won), else the chain's 1- or 2-token catch-up."""
+
+  def wide(model, model_state, pending, num_pending):
+    logits, model_state = model.extend(model_state, pending, num_pending)  # [batch, W, vocab]
+    last = jnp.maximum(num_pending - 1, 0)
+    return jnp.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], model_state
+
+  def narrow(model, model_state, pending, num_pending):
+    return catch_up(model, model_state, pending[:, :2], num_pending)
+
+  return jax.lax.cond(
+    jnp.any(num_pending > 2), wide, narrow, model, model_state, pending, num_pending
+  )
 
 
 def _best_children(logits: jax.Array, width: int, sampling) -> tuple[jax.Array, jax.Array]:
@@ -87,22 +127,72 @@ def _pick(values: jax.Array, index: jax.Array) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class DynamicTreeDrafter(ChainDrafter):
-  """Each row's own tree of `tree.nodes` draft tokens, at most gamma deep."""
+class DynamicTreeDrafter:
+  """Each row's own tree of `tree.nodes` draft tokens, at most gamma deep (and the
+  lookup's branch when `lookup` is given)."""
 
+  draft: Any  # the draft model (behind the lookup, when there is one)
+  gamma: int  # the tree's depth
+  sampling: SamplingConfig
+  rule: str | VerificationRule
   tree: DynamicTree = DynamicTree()
+  lookup: Any = None  # prompt lookup (core.contract.PromptLookupFront's), or None
+  trust_ngram: int = 2
+
+  @property
+  def _lookup_slots(self) -> int:
+    return self.gamma if self.lookup is not None else 0
 
   @property
   def _draft_slots(self) -> int:
     return (self.gamma - 1) * self.tree.branching  # the frontiers the draft ran
 
   def cache_positions(self, max_new_tokens: int) -> int:
-    return max_new_tokens + max(self.tree.nodes + 1, self._draft_slots + 2) + 1
+    target = 1 + self._lookup_slots + self.tree.nodes
+    draft = self.gamma + 1 + max(self._draft_slots, self._lookup_slots)
+    return max_new_tokens + max(target, draft) + 1
 
-  def propose(self, state: ChainState, active, key) -> Proposal:
+  def init(self, target, prompts, prompt_lengths, num_new_positions):
+    target_state, last_token = target.init_state(prompts, prompt_lengths, num_new_positions)
+    model_state, pending = self.draft.init_state(prompts, prompt_lengths, num_new_positions)
+    owed = jnp.full((pending.shape[0], self.gamma + 1), target.pad_id, jnp.int32)
+    owed = owed.at[:, 0].set(pending)
+    state = DynamicTreeState(
+      model_state=model_state, pending=owed, num_pending=jnp.ones_like(pending)
+    )
+    if self.lookup is not None:
+      lookup_state, _ = self.lookup.init_state(prompts, prompt_lengths, num_new_positions)
+      state = state.replace(
+        lookup_state=lookup_state, lookup_pending=owed, lookup_num_pending=jnp.ones_like(pending)
+      )
+    return target_state, last_token, state
+
+  def _lookup_branch(self, state: DynamicTreeState, active):
+    """The lookup's continuation: tokens int32[batch, gamma], whether each is trusted
+    (found with trust_ngram or longer, and all before it too) bool[batch, gamma], and its
+    state after the catch-up."""
+    owed = jnp.where(active, state.lookup_num_pending, 0)
+    proposals, lengths, caught_up = self.lookup.lookup(
+      state.lookup_state, state.lookup_pending, owed
+    )  # [batch, gamma + 1] each
+    last = jnp.maximum(owed - 1, 0)[:, None]
+    token = jnp.take_along_axis(proposals, last, axis=1)[:, 0]
+    trusted = jnp.take_along_axis(lengths, last, axis=1)[:, 0] >= self.trust_ngram
+    tokens, trust, lookup_state = [token], [trusted], caught_up
+    for _ in range(self.gamma - 1):  # static: the lookup runs on its own proposals
+      proposals, lengths, lookup_state = self.lookup.lookup(
+        lookup_state, token[:, None], active.astype(jnp.int32)
+      )
+      token = proposals[:, 0]
+      trusted = trusted & (lengths[:, 0] >= self.trust_ngram)
+      tokens.append(token)
+      trust.append(trusted)
+    return jnp.stack(tokens, axis=1), jnp.stack(trust, axis=1), caught_up
+
+  def propose(self, state: DynamicTreeState, active, key) -> Proposal:
     del key  # the tree is the draft's most likely nodes: no draws
     depth, width, sampling = self.gamma, self.tree.branching, self.sampling
-    first_logits, draft_state = catch_up(
+    first_logits, draft_state = _catch_up(
       self.draft, state.model_state, state.pending, jnp.where(active, state.num_pending, 0)
     )  # [batch, vocab]
     batch = first_logits.shape[0]
@@ -141,47 +231,61 @@ class DynamicTreeDrafter(ChainDrafter):
         pool_draft_slots.append(no_slot)
       offset += width * width
 
-    # The tree: the `nodes` best offered nodes, in pool order (parents before children).
+    # The tree: the `nodes` best offered nodes, in pool order (parents before children),
+    # after the root and the lookup's branch (slots 1..L).
+    lookup = self._lookup_slots
     pool_scores = jnp.concatenate(pool_scores, axis=1)  # [batch, pool]
     chosen = jnp.sort(jax.lax.top_k(pool_scores, self.tree.nodes)[1], axis=1)  # [batch, nodes]
     rows = jnp.arange(batch)[:, None]
     slot_of = (
       jnp.zeros_like(pool_scores, jnp.int32)
       .at[rows, chosen]
-      .set(jnp.arange(1, self.tree.nodes + 1, dtype=jnp.int32))
+      .set(jnp.arange(1 + lookup, 1 + lookup + self.tree.nodes, dtype=jnp.int32))
     )  # [batch, pool]: each chosen node's slot in the target call (0: not chosen)
     parent = jnp.take_along_axis(jnp.concatenate(pool_parents, axis=1), chosen, axis=1)
     parent_slot = jnp.where(
       parent < 0, 0, jnp.take_along_axis(slot_of, jnp.maximum(parent, 0), axis=1)
     )
     root = jnp.full((batch, 1), -1, jnp.int32)
-    trees = RowTrees.from_parents(jnp.concatenate([root, parent_slot], axis=1), depth)
+    node_tokens = jnp.take_along_axis(jnp.concatenate(pool_tokens, axis=1), chosen, axis=1)
+    node_bad = jnp.take_along_axis(jnp.concatenate(pool_bad, axis=1), chosen, axis=1)
     draft_slots = jnp.take_along_axis(jnp.concatenate(pool_draft_slots, axis=1), chosen, axis=1)
+    parents, lookup_state = [root, parent_slot], None
+    if self.lookup is not None:  # a chain from the root while the lookup is trusted
+      lookup_tokens, trusted, lookup_state = self._lookup_branch(state, active)
+      chain = jnp.broadcast_to(jnp.arange(lookup, dtype=jnp.int32), (batch, lookup))
+      parents = [root, jnp.where(trusted, chain, -1), parent_slot]  # untrusted: no parent
+      node_tokens = jnp.concatenate([lookup_tokens, node_tokens], axis=1)
+      node_bad = jnp.pad(node_bad, ((0, 0), (lookup, 0)))
+      draft_slots = jnp.pad(draft_slots, ((0, 0), (lookup, 0)), constant_values=-1)
     return DynamicProposal(
-      tokens=jnp.take_along_axis(jnp.concatenate(pool_tokens, axis=1), chosen, axis=1),
+      tokens=node_tokens,
       probs=None,
-      bad=jnp.take_along_axis(jnp.concatenate(pool_bad, axis=1), chosen, axis=1),
+      bad=node_bad,
       num_drafted=None,
       steps=depth,
       model_state=draft_state,
-      trees=trees,
+      trees=RowTrees.from_parents(jnp.concatenate(parents, axis=1), depth),
       draft_slots=jnp.concatenate([root, draft_slots], axis=1),
+      lookup_state=lookup_state,
     )
 
   def score(self, target, target_state, last_token, proposal: DynamicProposal, active) -> Scored:
-    """ONE target call over [last, the nodes] -> logits [batch, nodes + 1, vocab]."""
+    """ONE target call over [last, the lookup's branch, the nodes] -> logits [batch,
+    slots, vocab]."""
     tokens = jnp.concatenate([last_token[:, None], proposal.tokens], axis=1)
     logits, target_state = target.extend_tree(target_state, tokens, proposal.trees, 0)
     return Scored(logits=logits, target_state=target_state)
 
   def verify(self, key, proposal: DynamicProposal, scored: Scored, active) -> Verdict:
     depth, trees = self.gamma, proposal.trees
-    tokens = jnp.pad(proposal.tokens, ((0, 0), (1, 0)))  # [batch, nodes + 1]: slot 0 the root
+    tokens = jnp.pad(proposal.tokens, ((0, 0), (1, 0)))  # [batch, slots]: slot 0 the root
     if self.sampling.is_greedy:
       n, slot, y = verify_dynamic_greedy(tokens, trees, scored.logits, depth)
     else:
-      q = logits_to_probs(scored.logits, self.sampling)  # [batch, nodes + 1, vocab]
-      n, slot, y = verify_dynamic_sampling(key, tokens, trees, q, depth, self.tree.branching)
+      q = logits_to_probs(scored.logits, self.sampling)  # [batch, slots, vocab]
+      children = self.tree.branching + (self.lookup is not None)  # the root's, at most
+      n, slot, y = verify_dynamic_sampling(key, tokens, trees, q, depth, children)
     path = trees.path_to(slot, depth)  # [batch, depth]: slots of depth 1..n, then 0
     along = jnp.concatenate([jnp.zeros_like(path[:, :1]), path], axis=1)  # [batch, depth + 1]
     bad = jnp.pad(proposal.bad, ((0, 0), (1, 0)))
@@ -189,6 +293,7 @@ class DynamicTreeDrafter(ChainDrafter):
       _pick(scored.logits, along), jnp.take_along_axis(bad, path, axis=1), n, active
     )
     within = jnp.arange(1, depth + 1)[None, :] <= n[:, None]
+    in_tree = jnp.sum(trees.parents[:, 1:] >= 0, axis=1, dtype=jnp.int32)  # [batch]
     return Verdict(
       n=n,
       y=y,
@@ -196,34 +301,37 @@ class DynamicTreeDrafter(ChainDrafter):
       num_drafted=jnp.full_like(n, depth),
       target_bad=target_bad,
       draft_bad=draft_bad,
-      num_proposed=jnp.full_like(n, self.tree.nodes),
+      num_proposed=in_tree,
       chosen=slot,
     )
 
-  def advance(self, state: ChainState, target, target_state, proposal, scored, verdict, active):
-    """The target keeps last and the path's n nodes; the draft keeps the path's nodes it
-    ran (x_1..x_{n-1} always, x_n when it was a frontier node) and owes y (and x_n)."""
-    depth, n, pad = self.gamma, verdict.n, target.pad_id
+  def advance(self, state, target, target_state, proposal, scored, verdict, active):
+    """The target keeps last and the path's n nodes; the draft model keeps the path's
+    nodes it ran (x_1..x_{n-1} at least on its own branch, none on the lookup's) and owes
+    the committed tokens after them; the lookup owes all committed tokens."""
+    depth, n = self.gamma, verdict.n
     path = proposal.trees.path_to(verdict.chosen, depth)  # [batch, depth]
     along = jnp.concatenate([jnp.zeros_like(path[:, :1]), path], axis=1)  # [batch, depth + 1]
     target_state = target.keep_path(scored.target_state, along, jnp.where(active, n + 1, 0))
+    slots = jnp.take_along_axis(proposal.draft_slots, path, axis=1)  # [batch, depth]
+    within = jnp.arange(1, depth + 1)[None, :] <= n[:, None]
+    kept = jnp.sum(jnp.cumprod(within & (slots >= 0), axis=1), axis=1, dtype=jnp.int32)
     model_state = proposal.model_state
-    x_n = jnp.take_along_axis(verdict.path, jnp.maximum(n - 1, 0)[:, None], axis=1)[:, 0]
-    ran_x_n = (n > 0) & (
-      jnp.take_along_axis(proposal.draft_slots, verdict.chosen[:, None], 1)[:, 0] >= 0
-    )
-    owes_two = (n > 0) & ~ran_x_n
     if depth > 1:
-      slots = jnp.maximum(jnp.take_along_axis(proposal.draft_slots, path[:, : depth - 1], 1), 0)
-      kept = jnp.where(active, jnp.where(owes_two, n - 1, n), 0)
-      model_state = self.draft.keep_path(model_state, slots, kept)
-    pending = jnp.where(
-      owes_two[:, None],
-      jnp.stack([x_n, verdict.y], 1),
-      jnp.stack([verdict.y, jnp.full_like(n, pad)], 1),
-    )
-    return target_state, state.replace(
+      kept_slots = jnp.maximum(slots[:, : depth - 1], 0)
+      model_state = self.draft.keep_path(model_state, kept_slots, jnp.where(active, kept, 0))
+    committed = verdict.committed()  # [batch, depth + 1]: x_1..x_n, y
+    offsets = jnp.minimum(kept[:, None] + jnp.arange(depth + 1), depth)
+    pending = jnp.take_along_axis(committed, offsets, axis=1)  # x_{kept+1}..x_n, y
+    state = state.replace(
       model_state=model_state,
       pending=jnp.where(active[:, None], pending, state.pending),
-      num_pending=jnp.where(active, jnp.where(owes_two, 2, 1), state.num_pending),
+      num_pending=jnp.where(active, n + 1 - kept, state.num_pending),
     )
+    if self.lookup is not None:
+      state = state.replace(
+        lookup_state=proposal.lookup_state,
+        lookup_pending=jnp.where(active[:, None], committed, state.lookup_pending),
+        lookup_num_pending=jnp.where(active, n + 1, state.lookup_num_pending),
+      )
+    return target_state, state
