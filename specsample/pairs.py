@@ -11,8 +11,9 @@ lives here once:
     blocks, bfloat16 matrices, else float32); float32 with dtype bfloat16 or when the
     models will be sharded;
   - activations "auto": 8-bit activations for GGUF blocks where the CPU kernel runs;
-  - the bundled drafts go behind prompt lookup unless trees follow (lookup has no tree
-    calls) or `prompt_lookup=False`.
+  - the bundled drafts go behind prompt lookup unless trees of chains follow (lookup has no
+    tree calls; a dynamic tree takes the lookup as a branch of its own) or
+    `prompt_lookup=False`; tree shapes take the bundled token-level draft by default.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def load_pair(
   activations: str = "auto",
   prompt_lookup: bool | None = None,
   trees: bool = False,
+  dynamic_tree: bool = False,
   sharded: bool = False,
 ) -> Pair:
   """Loads a target and its draft (see the module doc for the defaults).
@@ -134,7 +136,8 @@ def load_pair(
     weights, activations: "auto" or a choice (module doc; `load_model`).
     prompt_lookup: put prompt lookup in front of the draft model (None: for the bundled
       drafts unless `trees`).
-    trees: tree drafts will be used (they need a draft model with tree calls).
+    trees: trees of chains will be used (they need a draft model with tree calls).
+    dynamic_tree: dynamic trees will be used (a token-level draft; lookup may stay).
     sharded: the models will be placed on a mesh (weights "auto" -> float32).
   """
   target_path = target
@@ -148,14 +151,15 @@ def load_pair(
   elif draft is None:
     raise ValueError("give --draft too (a checkpoint of the target's vocabulary, or 'ngram')")
   default_draft = draft is None
-  draft_spec = f"bundled:{bundled.smollm2_default_draft()}" if default_draft else draft
+  kind = "token" if trees or dynamic_tree else bundled.smollm2_default_draft()  # trees: tokens
+  draft_spec = f"bundled:{kind}" if default_draft else draft
   is_bundled = target is None and draft_spec.startswith("bundled:")
   weights = resolve_weights(weights, target_path, dtype=dtype, sharded=sharded)
   activations = resolve_activations(activations, weights)
   blocks = {"gguf_blocks": weights == "gguf", "activations": activations}
 
   if default_draft:  # the bundled default: the draft shares the target's embedding
-    target_model, draft_model, tokens = bundled.load_smollm2_pair(dtype=dtype, **blocks)
+    target_model, draft_model, tokens = bundled.load_smollm2_pair(dtype=dtype, draft=kind, **blocks)
     if tokenizer is not None:
       tokens = load_tokenizer(tokenizer)
   else:

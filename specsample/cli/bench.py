@@ -98,7 +98,7 @@ def bench_settings(args):
       for gamma in settings.gammas:
         SpeculativeSettings.of(
           gamma=gamma, max_new_tokens=settings.max_new_tokens, sampling=sampling,
-          **rule_options(rule),
+          **rule_options(rule, gamma),
         )  # fmt: skip
   return settings
 
@@ -114,7 +114,9 @@ def run_bench(args) -> int:
 
   name = pair_name(args)
   settings = bench_settings(args)
-  trees = any(rule.startswith("tree") for rule in settings.rules)
+  chains = any(rule.startswith("tree") for rule in settings.rules)  # no lookup in front
+  dynamic = "dynamic" in settings.rules  # lookup, if any, joins the tree as a branch
+  trees = chains or dynamic
   if name == "ende":
     from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, load_pair, pair_dir
     from specsample.pairs import resolve_activations, resolve_weights
@@ -147,7 +149,8 @@ def run_bench(args) -> int:
       weights=args.weights,
       activations=args.activations,
       prompt_lookup=args.prompt_lookup,
-      trees=trees,
+      trees=chains,
+      dynamic_tree=dynamic,
     )
     target, draft, tokenizer, notes = pair.target, pair.draft, pair.tokenizer, pair.notes()
     prompts = encode_prompts(texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly))
@@ -156,9 +159,10 @@ def run_bench(args) -> int:
   for note in notes:
     print(note, file=sys.stderr)
   if trees:  # before the work: tree rules need tree calls of both models
-    from specsample.decoding import SpeculativeSettings
+    from specsample.decoding import DynamicTree, SpeculativeSettings
 
-    SpeculativeSettings.of(gamma=1, max_new_tokens=1, tree=2).check_pair(target, draft)
+    for tree in [2] * chains + [DynamicTree(nodes=2, branching=2)] * dynamic:
+      SpeculativeSettings.of(gamma=2, max_new_tokens=1, tree=tree).check_pair(target, draft)
   report, files = bench(target, draft, prompts, settings, args.out, title=title)
   print(pathlib.Path(files["markdown"]).read_text())
   print("written: " + ", ".join(files.values()), file=sys.stderr)

@@ -18,7 +18,7 @@ from specsample.cli.options import (
   speculative_settings,
   tuned_gamma,
 )
-from specsample.decoding import SpeculativeSettings
+from specsample.decoding import DynamicTree, SpeculativeSettings
 
 
 class StreamedText:
@@ -185,7 +185,8 @@ def run_generate(args) -> int:
     weights=args.weights,
     activations=args.activations,
     prompt_lookup=args.prompt_lookup,
-    trees=args.tree is not None,
+    trees=isinstance(args.tree, int),
+    dynamic_tree=isinstance(args.tree, DynamicTree),
     sharded=bool(args.mesh),
   )
   target, draft = pair.target, pair.draft
