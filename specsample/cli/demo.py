@@ -41,8 +41,10 @@ class DemoSettings:
         f"--vocab-size must be in {MIN_VOCAB}..{MAX_VOCAB} (the prompt is tokens 2, 3 and "
         f"token 1 ends a sequence), got {self.vocab_size}"
       )
-    if not 1 <= self.gamma <= MAX_GAMMA:
-      raise ValueError(f"--gamma must be in 1..{MAX_GAMMA}, got {self.gamma}")
+    if self.gamma < 1:
+      raise ValueError(f"--gamma must be >= 1, got {self.gamma}")
+    if self.gamma > MAX_GAMMA:
+      raise ValueError(f"--gamma must be <= {MAX_GAMMA}, got {self.gamma}")
     if not (math.isfinite(self.temperature) and self.temperature > 0):
       raise ValueError(f"--temperature must be > 0 for the sampling part, got {self.temperature}")
     SamplingConfig(temperature=self.temperature)

@@ -192,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
   demo = commands.add_parser("demo", help="speculative sampling on a toy Markov model pair")
   defaults = DemoSettings()
   demo.add_argument("--vocab-size", type=positive_int, default=defaults.vocab_size)
-  demo.add_argument("--gamma", type=positive_int, default=defaults.gamma)
+  demo.add_argument("--gamma", type=int, default=defaults.gamma)
   demo.add_argument("--verification", choices=["token", "block"], default=defaults.verification)
   demo.add_argument("--temperature", type=temperature_value, default=defaults.temperature)
   demo.add_argument("--max-new-tokens", type=positive_int, default=defaults.max_new_tokens)
