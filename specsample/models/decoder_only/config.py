@@ -2,8 +2,12 @@
 
 One config covers the Llama family and its relatives as Hugging Face builds them:
 Llama 2/3/3.x (rope scaling), SmolLM, Mistral (sliding-window attention), Qwen2 (q/k/v
-biases) and Qwen3 (RMSNorm on each head's queries and keys). It is frozen and hashable
-(static in compiled programs); rope settings are stored as tuples for that reason.
+biases), Qwen3 (RMSNorm on each head's queries and keys) and Gemma 3's text model (local
+sliding-window layers between global ones, each kind with its own rotary base, norms
+after attention and MLP, RMSNorm times (1 + scale), embeddings times sqrt(d_model), a
+GELU-tanh gated MLP, queries scaled by query_pre_attn_scalar^-0.5). It is frozen and
+hashable (static in compiled programs); rope settings are stored as tuples for that reason.
+The Gemma options' defaults leave every other model exactly as it was.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import math
 import numpy as np
 
 ROPE_TYPES = ("default", "linear", "llama3")
+MLP_ACTIVATIONS = ("silu", "gelu_tanh")  # SwiGLU (Llama) | GeGLU with tanh GELU (Gemma)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +48,19 @@ class DecoderOnlyConfig:
   mlp_bias: bool = False
   qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on queries and keys, before rotary
   sliding_window: int | None = None  # Mistral v0.1: attend to the last `window` positions
+  # Gemma 3: the layers (indices) that attend only to the last `local_window` positions
+  # (by position: tree slots by their depth) and rotate with `local_rope_theta` (plain
+  # rotary frequencies, no scaling; None: the global layers' frequencies). The others are
+  # global (causal over everything).
+  local_layers: tuple[int, ...] = ()
+  local_window: int | None = None
+  local_rope_theta: float | None = None
+  post_norms: bool = False  # Gemma 2/3: RMSNorm on the attention's and the MLP's outputs
+  norm_plus_one: bool = False  # Gemma: every RMSNorm multiplies by (1 + scale)
+  scale_embeddings: bool = False  # Gemma: input embeddings times sqrt(d_model)
+  mlp_activation: str = "silu"  # MLP_ACTIVATIONS
+  # Attention logits times query_pre_attn_scalar^-0.5 (Gemma); None: head_dim^-0.5.
+  query_pre_attn_scalar: float | None = None
   eos_id: int | tuple[int, ...] | None = 2  # a tuple: each of these ends a sequence
   pad_id: int = 0
   dtype: str = "float32"
@@ -74,6 +92,15 @@ class DecoderOnlyConfig:
         raise ValueError("a reduced output layer (output_vocab_size) cannot be tied")
     if self.sliding_window is not None and self.sliding_window < 1:
       raise ValueError(f"sliding_window must be >= 1 or None, got {self.sliding_window}")
+    object.__setattr__(self, "local_layers", tuple(int(i) for i in self.local_layers))
+    if any(not 0 <= i < self.num_layers for i in self.local_layers):
+      raise ValueError(f"local_layers {self.local_layers} outside 0..{self.num_layers - 1}")
+    if self.local_layers and (self.local_window is None or self.local_window < 1):
+      raise ValueError(f"local_layers need local_window >= 1, got {self.local_window}")
+    if self.mlp_activation not in MLP_ACTIVATIONS:
+      raise ValueError(
+        f"mlp_activation must be one of {MLP_ACTIVATIONS}, got {self.mlp_activation!r}"
+      )
     if isinstance(self.eos_id, list | tuple):
       object.__setattr__(self, "eos_id", tuple(int(e) for e in self.eos_id) or None)
     eos = self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
@@ -97,11 +124,32 @@ class DecoderOnlyConfig:
     block = d * q + 2 * d * kv + q * d + 3 * d * self.mlp_dim + 2 * d
     block += (q + 2 * kv) * self.qkv_bias + d * self.out_bias
     block += (2 * self.mlp_dim + d) * self.mlp_bias + 2 * self.head_dim * self.qk_norm
+    block += 2 * d * self.post_norms
     if self.output_vocab_size is not None:
       output = self.output_vocab_size * (d + 1)  # the kernel and its token ids
     else:
       output = 0 if self.tie_word_embeddings else self.vocab_size * d
     return self.num_layers * block + d + self.vocab_size * d + output
+
+  @property
+  def llama_layers(self) -> bool:
+    """Whether the layers are Llama-shaped (none of Gemma's options): only those may take
+    the fused decoder-layer kernel (kernels.decoder_layer)."""
+    return not (
+      self.local_layers or self.post_norms or self.norm_plus_one or self.scale_embeddings
+      or self.mlp_activation != "silu" or self.query_pre_attn_scalar is not None
+    )  # fmt: skip
+
+  @property
+  def attention_scale(self) -> float:
+    """The factor of the attention logits: query_pre_attn_scalar^-0.5 or head_dim^-0.5."""
+    if self.query_pre_attn_scalar is not None:
+      return float(self.query_pre_attn_scalar) ** -0.5
+    return self.head_dim**-0.5
+
+  def is_local(self, layer: int) -> bool:
+    """Whether `layer` is a local (sliding-window) layer of a Gemma-style model."""
+    return layer in self.local_layers
 
   @property
   def mlp_hidden_width(self) -> int:
@@ -123,6 +171,13 @@ class DecoderOnlyConfig:
     """float32[head_dim // 2]: the rotary embedding's angular frequencies."""
     return _rotary_frequencies(self.head_dim, self.rope_theta, self.rope_scaling,
                                self.rope_frequency_factors)  # fmt: skip
+
+  def layer_rotary_frequencies(self, layer: int) -> np.ndarray:
+    """float32[head_dim // 2]: layer `layer`'s rotary frequencies (local layers: plain
+    frequencies of local_rope_theta where it is set)."""
+    if self.is_local(layer) and self.local_rope_theta is not None:
+      return _rotary_frequencies(self.head_dim, self.local_rope_theta, None, None)
+    return self.rotary_frequencies()
 
 
 @functools.lru_cache(maxsize=64)

@@ -133,7 +133,9 @@ class DecoderOnly:
     if self.config.sliding_window is not None:
       window = self.config.sliding_window
       allowed &= key_positions[:, None, :] > positions[:, :, None] - window
-    return self._run(state, tokens, state.end_index + start, positions, allowed)
+    # Local layers (Gemma) window the mask by these positions themselves.
+    local = {"key_positions": key_positions} if self.config.local_layers else {}
+    return self._run(state, tokens, state.end_index + start, positions, allowed, **local)
 
   def keep_path(
     self, state: DecoderOnlyState, slots: jax.Array, num_kept: jax.Array

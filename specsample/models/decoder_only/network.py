@@ -1,6 +1,9 @@
 """The decoder-only network (Flax linen): pre-norm blocks with RMSNorm, rotary position
 embeddings (rotate-half convention, as Hugging Face's Llama), grouped-query attention,
-a SwiGLU MLP, and a tied or untied output layer.
+a SwiGLU MLP, and a tied or untied output layer. Gemma 3's options (config): local
+sliding-window layers with their own rotary base, norms after attention and MLP
+(`post_attention_norm`, `post_mlp_norm`), RMSNorm times (1 + scale), scaled embeddings,
+a GELU-tanh MLP and its query scale; such layers never take the fused 8-bit layer kernel.
 
 The cache (models.kv_cache) is written in place at each row's own end index, so one call
 scores k tokens per row (verification of gamma draft tokens is one call). Parameter names: `embed`,
@@ -11,11 +14,13 @@ kernels are [in, out].
 
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specsample.kernels import decoder_layer
+from specsample.kernels import decoder_layer, small_k
 from specsample.kernels.attention import cached_attention, ends_of
 from specsample.models import kv_cache
 from specsample.models.decoder_only.config import DecoderOnlyConfig
@@ -54,20 +59,51 @@ def attention_mask(positions: jax.Array, capacity: int, window: int | None) -> j
   return causal_mask(positions, capacity, window)
 
 
+class PlusOneRMSNorm(nn.Module):
+  """Gemma's RMSNorm: x / rms(x) * (1 + scale), in float32 (scale initialised to 0)."""
+
+  epsilon: float = 1e-6
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    scale = self.param("scale", nn.initializers.zeros, (x.shape[-1],), self.dtype)
+    x32 = x.astype(jnp.float32)
+    mean_square = small_k.row_sums(x32 * x32)[..., None] / x.shape[-1]  # as RMSNorm
+    x32 = x32 * jax.lax.rsqrt(mean_square + self.epsilon)
+    return (x32 * (1.0 + scale.astype(jnp.float32))).astype(self.dtype)
+
+
+def norm(config: DecoderOnlyConfig) -> nn.Module:
+  """The config's RMSNorm (times scale, or times 1 + scale for Gemma)."""
+  kind = PlusOneRMSNorm if config.norm_plus_one else RMSNorm
+  return kind(config.layer_norm_epsilon, jnp.dtype(config.dtype))
+
+
+def _activation(config: DecoderOnlyConfig):
+  if config.mlp_activation == "gelu_tanh":
+    return lambda x: jax.nn.gelu(x, approximate=True)
+  return jax.nn.silu
+
+
 class Block(nn.Module):
   config: DecoderOnlyConfig
+  layer: int = 0  # its index: local (sliding-window) or global for Gemma-style configs
 
   def setup(self):
     c, dtype = self.config, jnp.dtype(self.config.dtype)
-    self.attention_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    self.attention_norm = norm(c)
     self.query = Projection(c.num_heads * c.head_dim, dtype=dtype, use_bias=c.qkv_bias)
     self.key = Projection(c.num_kv_heads * c.head_dim, dtype=dtype, use_bias=c.qkv_bias)
     self.value = Projection(c.num_kv_heads * c.head_dim, dtype=dtype, use_bias=c.qkv_bias)
     self.out = Projection(c.d_model, dtype=dtype, use_bias=c.out_bias)
     if c.qk_norm:
-      self.query_norm = RMSNorm(c.layer_norm_epsilon, dtype)
-      self.key_norm = RMSNorm(c.layer_norm_epsilon, dtype)
-    self.mlp_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+      self.query_norm = norm(c)
+      self.key_norm = norm(c)
+    if c.post_norms:
+      self.post_attention_norm = norm(c)
+      self.post_mlp_norm = norm(c)
+    self.mlp_norm = norm(c)
     self.gate = Projection(c.mlp_dim, dtype=dtype, use_bias=c.mlp_bias)
     self.up = Projection(c.mlp_dim, dtype=dtype, use_bias=c.mlp_bias)
     self.down = Projection(c.d_model, dtype=dtype, use_bias=c.mlp_bias)
@@ -81,9 +117,9 @@ class Block(nn.Module):
     batch, k, _ = x.shape
     cache = KeysValues(*cache)
     params = self.variables.get("params", {})
-    if decoder_layer.applies(c, params):
+    if c.llama_layers and decoder_layer.applies(c, params):
       return self._int8_layer(params, x, positions, cache, end_index, allowed, ends)
-    frequencies = c.rotary_frequencies()
+    frequencies = c.layer_rotary_frequencies(self.layer)
     h = self.attention_norm(x)
     queries = self.query(h).reshape(batch, k, c.num_heads, c.head_dim)
     keys = self.key(h).reshape(batch, k, c.num_kv_heads, c.head_dim)
@@ -93,10 +129,12 @@ class Block(nn.Module):
     values = self.value(h).reshape(batch, k, c.num_kv_heads, c.head_dim)
     keys, values = cache.write(keys, values, end_index)  # [batch, capacity, kv_heads, head_dim]
     # [batch, k, heads, head_dim] over the cache entries each query sees
-    context = cached_attention(queries, keys, values, allowed, c.head_dim**-0.5, ends)
-    x = x + self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
+    context = cached_attention(queries, keys, values, allowed, c.attention_scale, ends)
+    attended = self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
+    x = x + (self.post_attention_norm(attended) if c.post_norms else attended)
     h = self.mlp_norm(x)
-    x = x + self.down(jax.nn.silu(self.gate(h)) * self.up(h))
+    mlp = self.down(_activation(c)(self.gate(h)) * self.up(h))
+    x = x + (self.post_mlp_norm(mlp) if c.post_norms else mlp)
     return x, KeysValues(keys, values)
 
   def _int8_layer(self, params, x, positions, cache: KeysValues, end_index, allowed, ends):
@@ -126,8 +164,8 @@ class DecoderOnlyNetwork(nn.Module):
   def setup(self):
     c, dtype = self.config, jnp.dtype(self.config.dtype)
     self.embed = Embed(c.vocab_size, c.d_model, dtype=dtype, param_dtype=dtype)
-    self.blocks = [Block(c) for _ in range(c.num_layers)]
-    self.final_norm = RMSNorm(c.layer_norm_epsilon, dtype)
+    self.blocks = [Block(c, layer) for layer in range(c.num_layers)]
+    self.final_norm = norm(c)
     if c.output_vocab_size is not None:
       self.lm_head = Projection(c.output_vocab_size, dtype=dtype)
       self.output_ids = self.param(
@@ -138,21 +176,37 @@ class DecoderOnlyNetwork(nn.Module):
     elif not c.tie_word_embeddings:
       self.lm_head = Projection(c.vocab_size, dtype=dtype)
 
-  def __call__(self, tokens, positions, caches, end_index, allowed=None, with_features=False):
+  def __call__(
+    self, tokens, positions, caches, end_index, allowed=None, with_features=False,
+    key_positions=None,
+  ):  # fmt: skip
     """tokens, positions int32[batch, k] -> (logits float32[batch, k, vocab], caches), and
     with_features the final-normed hidden states [batch, k, d_model] third (the output
     layer's input: the features a feature-level draft reads).
 
     allowed bool[batch, k, capacity]: the cache entries each token sees (None: causal by
-    position, within the sliding window if any).
+    position, within the sliding window if any). Local layers (config.local_layers) see
+    those of them within their window, by key_positions int32[batch, capacity] (each
+    entry's position: tree slots sit at their depth; None: entry i at position i).
     """
+    c = self.config
+    capacity = caches[0][0].shape[1]
     if allowed is None:
-      allowed = causal_mask(positions, caches[0][0].shape[1], self.config.sliding_window)
+      allowed = causal_mask(positions, capacity, c.sliding_window)
     ends = ends_of(allowed)  # [batch, k]: what each query reads of the caches
-    x = lookup(self.embed, tokens, jnp.dtype(self.config.dtype))
+    masks = {False: (allowed, ends)}
+    if c.local_layers:
+      if key_positions is None:
+        key_positions = jnp.arange(capacity, dtype=jnp.int32)[None, :]  # [1, capacity]
+      recent = key_positions[:, None, :] > positions[:, :, None] - c.local_window
+      local = allowed & recent  # [batch, k, capacity]
+      masks[True] = (local, ends_of(local))
+    x = lookup(self.embed, tokens, jnp.dtype(c.dtype))
+    if c.scale_embeddings:  # sqrt(d_model) in the model's dtype, as transformers' Gemma
+      x = x * jnp.asarray(math.sqrt(c.d_model), jnp.float32).astype(x.dtype)
     new_caches = []
-    for block, cache in zip(self.blocks, caches, strict=True):
-      x, cache = block(x, positions, cache, end_index, allowed, ends)
+    for layer, (block, cache) in enumerate(zip(self.blocks, caches, strict=True)):
+      x, cache = block(x, positions, cache, end_index, *masks[c.is_local(layer)])
       new_caches.append(cache)
     x = self.final_norm(x)
     if self.config.tie_word_embeddings:
