@@ -160,7 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     choices=list(BENCH_RULES),
     default=["token", "block"],
     help="chain verification rules, and draft shapes beyond the chain: 'adaptive' "
-    "(token-wise, per-row draft length up to gamma), 'tree2'..'tree4' (K chains of gamma)",
+    "(token-wise, per-row draft length up to gamma), 'tree2'..'tree4' (K chains of gamma), "
+    "'dynamic' (a dynamic tree of 16 nodes, gamma deep)",
   )
   bench.add_argument("--temperatures", type=temperature_value, nargs="+", default=[0.0, 1.0])
   bench.add_argument("--batch-sizes", type=int_list, default="1,4,8,16")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specsample.kernels import BLOCK_MATRICES, Int8BlockMatrix
 
@@ -91,3 +92,45 @@ def read_weights(params, skip=lambda path: False) -> tuple[int, int]:
     elif _is_weight_matrix(leaf):
       count, nbytes = count + leaf.size, nbytes + leaf.size * leaf.dtype.itemsize
   return count, nbytes
+
+
+# Weight matrices a draft may keep in Q8_0 blocks: the projections' [in, out] kernels, and
+# [out, in] output rows (a feature draft's `output_embedding`).
+_KERNELS = {"kernel": True, "output_embedding": False}  # name -> stored [in, out]
+
+
+def q8_0_blocks(matrix: np.ndarray) -> np.ndarray:
+  """GGUF Q8_0 blocks of a float32 [out, in] matrix (in a multiple of 32), as llama.cpp
+  quantizes: per block of 32, d = max |x| / 127 (float16) and q = round(x / d).
+  -> uint8 [out, in / 32 * 34] (each block: d's two bytes, then 32 int8)."""
+  out, width = matrix.shape
+  x = np.asarray(matrix, np.float32).reshape(out, width // 32, 32)
+  d = (np.abs(x).max(axis=-1, keepdims=True) / 127).astype(np.float16)  # [out, blocks, 1]
+  scale = d.astype(np.float32)
+  inverse = np.divide(1.0, scale, out=np.zeros_like(scale), where=scale > 0)
+  q = np.clip(np.rint(x * inverse), -127, 127).astype(np.int8)
+  blocks = np.concatenate([d.view(np.uint8), q.view(np.uint8)], axis=-1)  # [out, blocks, 34]
+  return blocks.reshape(out, width // 32 * 34)
+
+
+def with_q8_0_draft(model):
+  """A draft with its float32 weight matrices (projection kernels, output rows; those whose
+  input width is a multiple of 32) kept as Q8_0 blocks for 8-bit activations
+  (`Int8BlockMatrix`): a quarter of the bytes a call reads. The weights are rounded to 8
+  bits, so the draft proposes slightly differently; what speculative decoding outputs
+  does not depend on the draft's numbers. Matrices in blocks already stay."""
+  from specsample.kernels.int8_blocks import from_gguf_blocks
+
+  def convert(path, leaf):
+    name = getattr(path[-1], "key", None) if path else None
+    if name not in _KERNELS or isinstance(leaf, BLOCK_MATRICES) or leaf.dtype != jnp.float32:
+      return leaf
+    matrix = np.asarray(leaf).T if _KERNELS[name] else np.asarray(leaf)  # [out, in]
+    if leaf.ndim != 2 or matrix.shape[1] % 32:
+      return leaf
+    return from_gguf_blocks(q8_0_blocks(matrix), "q8_0")
+
+  params = jax.tree_util.tree_map_with_path(
+    convert, model.params, is_leaf=lambda leaf: isinstance(leaf, BLOCK_MATRICES)
+  )
+  return model.replace(params=params)
