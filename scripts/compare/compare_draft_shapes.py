@@ -36,22 +36,26 @@ from specsample.bench.pair import pad_to_width
 from specsample.bench.timing import measured_speedup, time_calls
 
 
-def load(pair: str, num_prompts: int, stride: int):
-  """(target, draft, prompts as token lists, description) of a bundled pair."""
+def load(pair: str, num_prompts: int, stride: int, weights: str = "float32", lookup=False):
+  """(target, draft, prompts as token lists, description) of a bundled pair (SmolLM2's with
+  its token draft, with `weights` as `specsample generate --weights`, and prompt lookup in
+  front of the draft when `lookup`)."""
   from specsample import bundled
+  from specsample.pairs import load_pair
 
   if pair == "ende":
     target, draft, vocabulary = bundled.load_pair()
     lines = (bundled.BUNDLE_DIR / "test.tsv").read_text().splitlines()
     texts = [line.split("\t")[0] for line in lines if line.strip()][::stride][:num_prompts]
     return target, draft, [vocabulary.encode(bundled.TASK_PREFIX + t) for t in texts], "T5 ende"
-  target, draft, tokenizer = bundled.load_smollm2_pair(draft="token")  # trees: a token draft
+  loaded = load_pair(None, "bundled:token", weights=weights, prompt_lookup=lookup)  # trees: tokens
+  target, draft, tokenizer = loaded.target, loaded.draft, loaded.tokenizer
   records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]
   prompts = [
     tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}])
     for r in records[::stride][:num_prompts]
   ]
-  return target, draft, prompts, "SmolLM2-135M-Instruct + bundled draft"
+  return target, draft, prompts, loaded.title
 
 
 def decoders(target, draft, gamma: int, chains, sampling: SamplingConfig, args):
@@ -71,7 +75,9 @@ def decoders(target, draft, gamma: int, chains, sampling: SamplingConfig, args):
 
 
 def run(args) -> dict:
-  target, draft, prompts, description = load(args.pair, args.num_prompts, args.stride)
+  target, draft, prompts, description = load(
+    args.pair, args.num_prompts, args.stride, args.weights, args.lookup
+  )
   width = max(map(len, prompts))
   rows = [pad_to_width([p], width) for p in prompts]
   results = {
@@ -156,6 +162,12 @@ def main(argv=None) -> int:
   parser.add_argument("--branching", type=int, default=DynamicTree.branching)
   parser.add_argument("--threshold", type=float, default=AdaptiveDraft.threshold)
   parser.add_argument("--no-adaptive", action="store_true", help="leave adaptive length out")
+  parser.add_argument(
+    "--weights", default="float32", help="SmolLM2's weights: float32 (default), auto (GGUF)"
+  )
+  parser.add_argument(
+    "--lookup", action="store_true", help="prompt lookup in front of SmolLM2's draft (no --chains)"
+  )
   parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
   parser.add_argument("--num-prompts", type=int, default=8)
   parser.add_argument(
