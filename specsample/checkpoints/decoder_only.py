@@ -20,6 +20,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from specsample.checkpoints import gemma
 from specsample.checkpoints.t5_params import CheckpointError
 from specsample.kernels.blocks import BlockMatrix, from_numpy
 from specsample.kernels.int8_blocks import Int8BlockMatrix, from_gguf_blocks
@@ -48,6 +49,9 @@ _LAYER_NAMES = {
   "self_attn.q_norm.weight": ("query_norm/scale", False),
   "self_attn.k_norm.weight": ("key_norm/scale", False),
   "post_attention_layernorm.weight": ("mlp_norm/scale", False),
+  # Gemma's post-norms (checkpoints.gemma.llama_style_names gives them these names).
+  "post_attention_norm.weight": ("post_attention_norm/scale", False),
+  "post_feedforward_norm.weight": ("post_mlp_norm/scale", False),
   "mlp.gate_proj.weight": ("gate/kernel", True),
   "mlp.up_proj.weight": ("up/kernel", True),
   "mlp.down_proj.weight": ("down/kernel", True),
@@ -71,7 +75,7 @@ _IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.rotary_emb\..*)$")
 
 
 def is_decoder_only_config(hf: Mapping[str, Any]) -> bool:
-  return hf.get("model_type") in ARCHITECTURES
+  return hf.get("model_type") in ARCHITECTURES or gemma.is_gemma_config(hf)
 
 
 def _rope(hf: Mapping[str, Any], source: str) -> tuple[float, Any]:
@@ -103,6 +107,8 @@ def config_from_hf(
   hf: Mapping[str, Any], *, source: str, dtype: str = "float32", rope_frequency_factors=None
 ) -> DecoderOnlyConfig:
   """A Hugging Face `config.json` dict -> DecoderOnlyConfig (CheckpointError if unsupported)."""
+  if gemma.is_gemma_config(hf):  # Gemma 3 text: checkpoints/gemma.py
+    return gemma.config_from_hf(hf, source=source, dtype=dtype)
   model_type = hf.get("model_type")
   if model_type not in ARCHITECTURES:
     known = ", ".join(f"{a} ({t})" for t, a in ARCHITECTURES.items())
@@ -180,6 +186,8 @@ def params_from_hf(
   """
   if activations not in ACTIVATIONS:
     raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+  if config.post_norms:  # Gemma's norm names
+    tensors = gemma.llama_style_names(tensors)
   expected = config.parameter_shapes()
   flat: dict[str, np.ndarray] = {}
   if shared_embedding is not None:

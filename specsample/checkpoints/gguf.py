@@ -332,6 +332,10 @@ def read_gguf(
     raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
   path = os.fspath(path)
   reader = _reader(path)
+  if _scalar(reader, "general.architecture", path) == "gemma3":  # checkpoints/gemma.py
+    from specsample.checkpoints.gemma import read_gemma3_gguf
+
+    return read_gemma3_gguf(reader, path, dtype=dtype, blocks=blocks)
   try:
     config = _config(reader, path)
   except CheckpointError:

@@ -200,4 +200,8 @@ def load_tokenizer(path_or_hub_id: str | os.PathLike):
     return Vocabulary(path)
   if os.path.isfile(path) and not is_gguf(path):
     return Vocabulary(path)
+  from specsample.checkpoints import gemma_tokenizer
+
+  if os.path.isfile(path) and gemma_tokenizer.gguf_has_gemma_tokenizer(path):
+    return gemma_tokenizer.from_gguf(path)
   return tokenizer.load_tokenizer(path)
