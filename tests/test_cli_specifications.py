@@ -293,3 +293,27 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(seconds, tmp_path):
   assert process.returncode == 130, (process.returncode, err[-3000:])
   assert err.strip().splitlines() == ["specsample translate: interrupted"], err[-3000:]
   assert not list(tmp_path.iterdir())  # no core file, no output
+
+
+def test_ctrl_c_while_the_command_is_still_importing_exits_130_with_one_line(tmp_path):
+  """The console script's entry point (specsample.entry) answers SIGINT before importing
+  JAX and the command line, which takes seconds: no traceback there either."""
+  command = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from specsample import entry; entry.answer_interrupts_while_starting(); "
+    "print('ready', flush=True); sys.exit(entry.main())"
+  )
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  process = subprocess.Popen(
+    [sys.executable, "-c", command, "translate", "Could not open file %s"], cwd=tmp_path,
+    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+  )  # fmt: skip
+  try:
+    assert process.stdout.readline() == "ready\n"
+    process.send_signal(signal.SIGINT)  # the command line's imports have just begun
+    out, err = process.communicate(timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 130, (process.returncode, err[-3000:])
+  assert err.strip().splitlines() == ["specsample: interrupted"], err[-3000:]
+  assert not list(tmp_path.iterdir())
