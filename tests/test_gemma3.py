@@ -195,3 +195,33 @@ def test_config_checks():
     DecoderOnlyConfig(mlp_activation="relu")
   assert GEMMA.attention_scale == 24.0**-0.5
   assert DecoderOnlyConfig(head_dim=64).attention_scale == 64**-0.5
+
+
+def test_a_transformers_gemma3_directory_loads_with_its_logits(tmp_path):
+  """A random tiny `Gemma3ForCausalLM` saved by transformers (config.json + safetensors)
+  loads through `load_model` and scores as transformers does (window 4 < 12 tokens)."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  from specsample import load_model
+
+  config = transformers.Gemma3TextConfig(
+    vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=4,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    query_pre_attn_scalar=20, max_position_embeddings=64,
+  )  # fmt: skip
+  torch.manual_seed(0)
+  reference = transformers.Gemma3ForCausalLM(config).eval()
+  with torch.no_grad():  # the norms' scales are zero-initialised: make them matter
+    for name, parameter in reference.named_parameters():
+      if "norm" in name:
+        parameter.normal_(0.0, 0.3)
+  reference.save_pretrained(tmp_path)
+  model = load_model(tmp_path)
+  c = model.config
+  assert (c.local_layers, c.local_window, c.query_pre_attn_scalar) == ((0, 2), 4, 20.0)
+  tokens = [[2, 17, 33, 5, 91, 60, 8, 44, 12, 71, 3, 29]]
+  with torch.no_grad():
+    want = reference(torch.tensor(tokens)).logits.numpy()
+  got = np.asarray(model.forward(jnp.asarray(tokens, jnp.int32)))
+  np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
