@@ -193,3 +193,16 @@ def test_the_base_model_has_no_chat_template(tokenizer):
   assert tokenizer.chat_template is None
   with pytest.raises(ValueError, match="no chat template"):
     tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
+
+
+def test_auto_activations_keep_float32_arithmetic_for_gemma3():
+  """8-bit activations are not exact on Gemma 3's layers (a verify call's numbers differ
+  from one-token steps by an ulp before the 8-bit rounding amplifies it), so "auto" keeps
+  float32 there; an explicit "int8" is still honoured."""
+  from specsample.kernels import small_k
+  from specsample.pairs import resolve_activations
+
+  assert resolve_activations("auto", "gguf", str(GGUF)) == "float32"
+  assert resolve_activations("int8", "gguf", str(GGUF)) == "int8"
+  if small_k.kernel_available():
+    assert resolve_activations("auto", "gguf", None) == "int8"
