@@ -90,7 +90,9 @@ def verify_dynamic_greedy(
 
   tokens int32[batch, size] (slot 0 is the root), target_scores [batch, size, vocab]
   (logits or probabilities at every slot) -> (n: its depth, slot, next_token), int32[batch]
-  each. Children of one parent are distinct, so at most one path matches.
+  each. Every matching path is the target's own greedy continuation (two siblings may
+  carry the same token, e.g. the lookup's branch and the draft's): the deepest wins, the
+  lowest slot on ties.
   """
   argmax = argmax_tokens(target_scores)  # [batch, size]
   parent = jnp.maximum(trees.parents, 0)
