@@ -11,8 +11,9 @@ Rules (which path of candidates the target keeps, and the token after it):
   root down, is the target's argmax after its parent, then the argmax after it.
 - `verify_dynamic_sampling`: exactly the target's distribution at temperature > 0, for
   candidates chosen in any way that does not look at the target (here: the draft's most
-  likely children). At the current slot (from the root), its children c_1..c_m (distinct
-  tokens) are tried in order against a residual r that starts as the target's q there:
+  likely children). At the current slot (from the root), its children c_1..c_m are tried
+  in order against a residual r that starts as the target's q there (a token repeated
+  among them, as the lookup's branch may repeat the draft's, has r = 0 the second time):
   c_j is accepted with probability r(c_j) / sum(r); when rejected, r(c_j) is set to 0
   (each candidate is a point mass, so the residual norm(max(0, r - delta_c)) is r without
   c). The accepted child becomes the current slot; when every child is rejected (or there
