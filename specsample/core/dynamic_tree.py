@@ -118,7 +118,7 @@ def verify_dynamic_sampling(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Multi-candidate rejection sampling down the tree (the module doc's rule).
 
-  tokens int32[batch, size] (slot 0 is the root; siblings distinct), target_probs
+  tokens int32[batch, size] (slot 0 is the root), target_probs
   float32[batch, size, vocab] (the processed q after each slot); no slot lies deeper than
   `max_depth` below the root nor has more than `max_children` children.
   -> (n: accepted depth, slot: the last accepted slot (0: none), next_token), int32[batch].
