@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from specsample.checkpoints.t5_params import CheckpointError
-from specsample.kernels.blocks import BlockMatrix
 from specsample.models.decoder_only import DecoderOnlyConfig
 
 GGUF_ARCHITECTURE = "gemma3"
@@ -116,28 +115,19 @@ def _gguf_config(reader, path: str) -> dict:
 
 
 def _expected_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+  """HF name -> shape: a Llama decoder's tensors (`gguf._expected_shapes`) and Gemma's
+  query/key norms and pre-/post-feedforward norms."""
+  from specsample.checkpoints.gguf import _expected_shapes as decoder_shapes
+
+  shapes = decoder_shapes(config, GGUF_ARCHITECTURE, set())
   d, hd = config["hidden_size"], config["head_dim"]
-  q, kv = config["num_attention_heads"] * hd, config["num_key_value_heads"] * hd
-  ffn, vocab = config["intermediate_size"], config["vocab_size"]
-  shapes = {"model.embed_tokens.weight": (vocab, d), "model.norm.weight": (d,)}
-  if not config["tie_word_embeddings"]:
-    shapes["lm_head.weight"] = (vocab, d)
   for i in range(config["num_hidden_layers"]):
     p = f"model.layers.{i}."
     shapes |= {
-      p + "input_layernorm.weight": (d,),
-      p + "self_attn.q_proj.weight": (q, d),
-      p + "self_attn.k_proj.weight": (kv, d),
-      p + "self_attn.v_proj.weight": (kv, d),
-      p + "self_attn.o_proj.weight": (d, q),
       p + "self_attn.q_norm.weight": (hd,),
       p + "self_attn.k_norm.weight": (hd,),
-      p + "post_attention_layernorm.weight": (d,),
       p + "pre_feedforward_layernorm.weight": (d,),
       p + "post_feedforward_layernorm.weight": (d,),
-      p + "mlp.gate_proj.weight": (ffn, d),
-      p + "mlp.up_proj.weight": (ffn, d),
-      p + "mlp.down_proj.weight": (d, ffn),
     }
   return shapes
 
@@ -154,7 +144,7 @@ def _hf_name(gguf_name: str) -> str:
 def read_gemma3_gguf(reader, path: str, *, dtype: str, blocks: bool) -> tuple[dict, dict]:
   """`gguf.read_gguf` for a Gemma 3 file (its reader given): (config, tensors) in Hugging
   Face's Gemma 3 names and layouts ([out, in] matrices; norm weights w of (1 + w))."""
-  from specsample.checkpoints.gguf import _dequantize, _kept_blocks, _numpy_dtype
+  from specsample.checkpoints.gguf import read_tensors
 
   try:
     config = _gguf_config(reader, path)
@@ -162,42 +152,16 @@ def read_gemma3_gguf(reader, path: str, *, dtype: str, blocks: bool) -> tuple[di
     raise
   except (TypeError, ValueError) as error:
     raise CheckpointError(f"{path}: malformed GGUF metadata ({error})") from error
-  expected = _expected_shapes(config)
-  sources = {}
-  for tensor in reader.tensors:
-    try:
-      name = _hf_name(tensor.name)
-    except KeyError:
-      raise CheckpointError(
-        f"{path}: unexpected tensor {tensor.name!r} for a gemma3 model"
-      ) from None
-    if name not in expected:
-      raise CheckpointError(f"{path}: unexpected tensor {tensor.name!r} for this gemma3 config")
-    sources[name] = tensor
-  missing = [name for name in expected if name not in sources]
-  if missing:
-    raise CheckpointError(
-      f"{path}: missing tensors for a {config['num_hidden_layers']}-layer gemma3 model: "
-      + ", ".join(missing[:6])
-      + (" ..." if len(missing) > 6 else "")
-    )
-  out_dtype = _numpy_dtype(dtype)
-  tensors = {}
-  for name, shape in expected.items():
-    tensor = sources[name]
-    got = tuple(int(n) for n in reversed(tensor.shape.tolist()))
-    if got != shape:
-      raise CheckpointError(
-        f"{path}: tensor {tensor.name!r} has shape {got} (numpy order), expected {shape}"
-      )
-    if block_format := _kept_blocks(tensor, blocks):
-      raw = np.ascontiguousarray(np.asarray(tensor.data))  # uint8 [out, in / 32 * bytes]
-      tensors[name] = BlockMatrix(raw, block_format)
-      continue
-    values = _dequantize(tensor, path)  # float32
-    if name.endswith("norm.weight"):
-      values = values - np.float32(1.0)  # llama.cpp stored 1 + w
-    tensors[name] = np.ascontiguousarray(values.astype(out_dtype, copy=False))
+
+  def undo_plus_one(name: str, rows: np.ndarray, in_blocks: bool) -> np.ndarray:
+    if name.endswith("norm.weight") and not in_blocks:
+      return rows - np.float32(1.0)  # llama.cpp stored 1 + w
+    return rows
+
+  tensors = read_tensors(
+    reader, path, _expected_shapes(config), _hf_name, config, arch=GGUF_ARCHITECTURE,
+    dtype=dtype, blocks=blocks, adjust=undo_plus_one,
+  )  # fmt: skip
   return config, tensors
 
 

@@ -349,20 +349,56 @@ def read_gguf(
     raise CheckpointError(f"{path}: malformed GGUF metadata ({error})") from error
   arch = _scalar(reader, "general.architecture", path)
   permuted = _ARCHITECTURES[arch][2]
-  by_name = {t.name: t for t in reader.tensors}
-  expected = _expected_shapes(config, arch, set(by_name))
+  heads = {"q": config["num_attention_heads"], "k": config["num_key_value_heads"]}
+
+  def unpermute(target: str, rows: np.ndarray, in_blocks: bool) -> np.ndarray:
+    del in_blocks  # whole rows move: blocks stay as they are
+    projection = re.search(r"self_attn\.([qk])_proj\.", target)
+    return unpermute_rows(rows, heads[projection.group(1)]) if permuted and projection else rows
+
+  expected = _expected_shapes(config, arch, {t.name for t in reader.tensors})
+  tensors = read_tensors(
+    reader, path, expected, hf_name, config, arch=arch, dtype=dtype, blocks=blocks,
+    adjust=unpermute, unknown_note=" (mixture-of-experts and other variants are not supported)",
+    shape_note=(
+      f" from the metadata (d_model {config['hidden_size']}, heads "
+      f"{heads['q']}/{heads['k']} x {config['head_dim']}, ffn {config['intermediate_size']}, "
+      f"vocab {config['vocab_size']})"
+    ),
+  )  # fmt: skip
+  return config, tensors
+
+
+def read_tensors(
+  reader,
+  path: str,
+  expected: dict,
+  name_of,
+  config: dict,
+  *,
+  arch: str,
+  dtype: str,
+  blocks: bool,
+  adjust=None,
+  unknown_note: str = "",
+  shape_note: str = "",
+) -> dict:
+  """Every tensor of the file under its Hugging Face name (`name_of`: GGUF name -> it, or
+  KeyError), checked against `expected` (name -> numpy-order shape): kept blocks as
+  `BlockMatrix` where `blocks` and the type allows, else dequantized to `dtype`;
+  `adjust(name, rows, in_blocks)` may rework each one ([out, ...] rows). Raises
+  CheckpointError for unknown, unexpected, missing or misshapen tensors."""  # fmt: skip
   sources = {}
-  for name in by_name:
+  for tensor in reader.tensors:
     try:
-      target = hf_name(name)
+      target = name_of(tensor.name)
     except KeyError:
       raise CheckpointError(
-        f"{path}: unexpected tensor {name!r} for a {arch} model (mixture-of-experts and "
-        "other variants are not supported)"
+        f"{path}: unexpected tensor {tensor.name!r} for a {arch} model{unknown_note}"
       ) from None
     if target not in expected:
-      raise CheckpointError(f"{path}: unexpected tensor {name!r} for this {arch} config")
-    sources[target] = by_name[name]
+      raise CheckpointError(f"{path}: unexpected tensor {tensor.name!r} for this {arch} config")
+    sources[target] = tensor
   missing = [name for name in expected if name not in sources]
   if missing:
     raise CheckpointError(
@@ -371,30 +407,26 @@ def read_gguf(
       + (" ..." if len(missing) > 6 else "")
     )
   out_dtype = _numpy_dtype(dtype)
-  heads = {"q": config["num_attention_heads"], "k": config["num_key_value_heads"]}
   tensors = {}
   for target, shape in expected.items():
     tensor = sources[target]
     got = tuple(int(n) for n in reversed(tensor.shape.tolist()))
     if got != shape:
       raise CheckpointError(
-        f"{path}: tensor {tensor.name!r} has shape {got} (numpy order), expected {shape} "
-        f"from the metadata (d_model {config['hidden_size']}, heads "
-        f"{heads['q']}/{heads['k']} x {config['head_dim']}, ffn {config['intermediate_size']}, "
-        f"vocab {config['vocab_size']})"
+        f"{path}: tensor {tensor.name!r} has shape {got} (numpy order), expected {shape}"
+        + shape_note
       )
-    projection = re.search(r"self_attn\.([qk])_proj\.", target)
     if block_format := _kept_blocks(tensor, blocks):
       raw = np.asarray(tensor.data)  # uint8 [out, in / 32 * block bytes]
-      if permuted and projection:  # whole rows move: the blocks stay as they are
-        raw = unpermute_rows(raw, heads[projection.group(1)])
+      if adjust is not None:
+        raw = adjust(target, raw, True)
       tensors[target] = BlockMatrix(np.ascontiguousarray(raw), block_format)
       continue
     values = _dequantize(tensor, path)
-    if permuted and projection:
-      values = unpermute_rows(values, heads[projection.group(1)])
+    if adjust is not None:
+      values = adjust(target, values, False)
     tensors[target] = np.ascontiguousarray(values.astype(out_dtype, copy=False))
-  return config, tensors
+  return tensors
 
 
 def _numpy_dtype(dtype: str) -> np.dtype:
