@@ -38,7 +38,7 @@ from specsample.core.dynamic_tree import RowTrees, verify_dynamic_greedy, verify
 from specsample.core.sampling import SamplingConfig, logits_to_probs, nonfinite_logits
 from specsample.core.verification import VerificationRule
 from specsample.decoding.drafters.base import Proposal, Scored, Verdict, bad_logits_used
-from specsample.decoding.drafters.chain import catch_up
+from specsample.decoding.drafters.chain import catch_up, catch_up_two
 
 MAX_NODES = 64
 MAX_BRANCHING = 8
@@ -96,16 +96,11 @@ def _catch_up(model, model_state, pending: jax.Array, num_pending: jax.Array):
   state): one call as wide as W when some row owes more than 2 (after a lookup branch
   won), else the chain's 1- or 2-token catch-up."""
 
-  def wide(model, model_state, pending, num_pending):
-    logits, model_state = model.extend(model_state, pending, num_pending)  # [batch, W, vocab]
-    last = jnp.maximum(num_pending - 1, 0)
-    return jnp.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], model_state
-
   def narrow(model, model_state, pending, num_pending):
     return catch_up(model, model_state, pending[:, :2], num_pending)
 
-  return jax.lax.cond(
-    jnp.any(num_pending > 2), wide, narrow, model, model_state, pending, num_pending
+  return jax.lax.cond(  # catch_up_two takes every column: here all W
+    jnp.any(num_pending > 2), catch_up_two, narrow, model, model_state, pending, num_pending
   )
 
 
