@@ -28,8 +28,7 @@ from specsample import bundled
 from specsample.checkpoints import load_model, load_tokenizer
 from specsample.checkpoints.decoder_only import SHARED_EMBEDDING_KEY
 from specsample.checkpoints.feature_draft import is_feature_draft_dir, load_feature_draft
-from specsample.checkpoints.gguf import gguf_architecture
-from specsample.checkpoints.loader import is_gguf, stored_weight_format
+from specsample.checkpoints.loader import stored_weight_format
 from specsample.core.contract import uses_target_features
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.ngram import NGramDraft
@@ -103,17 +102,9 @@ def resolve_weights(weights: str, target_path: str | None, *, dtype: str, sharde
   return stored_weight_format(target_path)
 
 
-# GGUF architectures whose layers are not exact with 8-bit activations (a verify call's
-# numbers differ from one-token steps by an ulp before the 8-bit rounding, which then
-# amplifies it: Gemma 3's layers outside the fused decoder-layer kernel, measured):
-# "auto" keeps float32 arithmetic for them, so speculative output stays the target's.
-INT8_INEXACT_ARCHITECTURES = ("gemma3",)
-
-
-def resolve_activations(activations: str, weights: str, target_path: str | None = None) -> str:
-  """activations "auto" -> "int8" for GGUF blocks where the CPU kernel runs (and the
-  target's architecture is exact with it), else "float32"; "int8" without blocks is
-  refused."""
+def resolve_activations(activations: str, weights: str) -> str:
+  """activations "auto" -> "int8" for GGUF blocks where the CPU kernel runs, else
+  "float32"; "int8" without blocks is refused."""
   from specsample.kernels import small_k
 
   if activations not in ACTIVATIONS:
@@ -124,11 +115,7 @@ def resolve_activations(activations: str, weights: str, target_path: str | None 
       f"GGUF file), not --weights {weights}"
     )
   if activations == "auto":
-    if weights != "gguf" or not small_k.kernel_available():
-      return "float32"
-    inexact = target_path is not None and is_gguf(str(target_path))
-    inexact = inexact and gguf_architecture(target_path) in INT8_INEXACT_ARCHITECTURES
-    return "float32" if inexact else "int8"
+    return "int8" if weights == "gguf" and small_k.kernel_available() else "float32"
   return activations
 
 
@@ -177,7 +164,7 @@ def load_pair(
   draft_spec = f"bundled:{kind}" if default_draft else draft
   is_bundled = target is None and draft_spec.startswith("bundled:")
   weights = resolve_weights(weights, target_path, dtype=dtype, sharded=sharded)
-  activations = resolve_activations(activations, weights, target_path)
+  activations = resolve_activations(activations, weights)
   blocks = {"gguf_blocks": weights == "gguf", "activations": activations}
 
   if default_draft:  # the bundled default: the draft shares the target's embedding

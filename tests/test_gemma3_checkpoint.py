@@ -195,14 +195,39 @@ def test_the_base_model_has_no_chat_template(tokenizer):
     tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
 
 
-def test_auto_activations_keep_float32_arithmetic_for_gemma3():
-  """8-bit activations are not exact on Gemma 3's layers (a verify call's numbers differ
-  from one-token steps by an ulp before the 8-bit rounding amplifies it), so "auto" keeps
-  float32 there; an explicit "int8" is still honoured."""
-  from specsample.kernels import small_k
-  from specsample.pairs import resolve_activations
+@pytest.fixture(scope="module")
+def ours_int8():
+  return load_model(GGUF, gguf_blocks=True, activations="int8")
 
-  assert resolve_activations("auto", "gguf", str(GGUF)) == "float32"
-  assert resolve_activations("int8", "gguf", str(GGUF)) == "int8"
-  if small_k.kernel_available():
-    assert resolve_activations("auto", "gguf", None) == "int8"
+
+@jax.jit
+def _verify_and_steps(model, head, length, tail):
+  """Logits of tail int32[1, k] after head (its length a traced value, as in decoding):
+  one k-token call and k one-token calls -> (float32[1, k, vocab], float32[1, k, vocab])."""
+  state, pending = model.init_state(head, length, tail.shape[1])
+  tokens = jnp.concatenate([pending[:, None], tail[:, 1:]], 1)
+  whole, _ = model.extend(state, tokens, jnp.array([tokens.shape[1]], jnp.int32))
+  steps = []
+  for j in range(tokens.shape[1]):
+    step, state = model.extend(state, tokens[:, j : j + 1], jnp.array([1], jnp.int32))
+    steps.append(step)
+  return whole, jnp.concatenate(steps, 1)
+
+
+def test_8bit_activations_verify_calls_equal_one_token_steps(ours_int8, tokenizer):
+  """With 8-bit activations a k-token verify call computes what k one-token steps compute,
+  bit for bit (XLA:CPU contracted different products into multiply-adds in the two
+  programs, an ulp the 8-bit rounding amplified to logits 0.5 apart:
+  `layers.rounded`), and prompt lookup's greedy output equals plain greedy on the
+  prompts that differed."""
+  ids = tokenizer.encode("The capital of France is a city of")
+  whole, steps = _verify_and_steps(
+    ours_int8, jnp.array([ids[:6]]), jnp.array([6], jnp.int32), jnp.array([ids[6:]])
+  )
+  np.testing.assert_array_equal(np.asarray(whole), np.asarray(steps))
+  texts = [PROMPTS[0], "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday. Monday,"]
+  prompts = [tokenizer.encode(text) for text in texts]
+  plain = generate(ours_int8, prompts, max_new_tokens=32, sampling=GREEDY).sequences()
+  draft = NGramDraft.for_target(ours_int8, max_ngram=3)
+  out = speculative_generate(ours_int8, draft, prompts, gamma=3, max_new_tokens=32, sampling=GREEDY)
+  assert out.sequences() == plain

@@ -25,13 +25,21 @@ from specsample.kernels.attention import cached_attention, ends_of
 from specsample.models import kv_cache
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.kv_cache import KeysValues, causal_mask
-from specsample.models.layers import Embed, Projection, RMSNorm, dense_transposed, lookup
+from specsample.models.layers import (
+  Embed,
+  Projection,
+  RMSNorm,
+  dense_transposed,
+  lookup,
+  rounded,
+)
 
 
 def rotary_tables(positions: jax.Array, frequencies) -> tuple[jax.Array, jax.Array]:
   """cos and sin of positions int32[batch, k] times frequencies float32[head_dim // 2], in
   float32 (as transformers computes them).  -> ([batch, k, half], [batch, k, half])."""
   angles = positions[..., None].astype(jnp.float32) * jnp.asarray(frequencies)  # [batch, k, half]
+  angles = rounded(angles, positions)  # before cos and sin's own sums (`layers.rounded`)
   return jnp.cos(angles), jnp.sin(angles)
 
 
@@ -49,7 +57,11 @@ def rotary(x: jax.Array, positions: jax.Array, frequencies) -> jax.Array:
   cos, sin = (table[:, :, None, :].astype(wide) for table in rotary_tables(positions, frequencies))
   x32 = x.astype(wide)
   first, second = x32[..., :half], x32[..., half:]
-  rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+  # Each product rounded before the sum (`layers.rounded`): the same numbers for any
+  # number of tokens per call.
+  first_cos, second_sin = rounded(first * cos, positions), rounded(second * sin, positions)
+  second_cos, first_sin = rounded(second * cos, positions), rounded(first * sin, positions)
+  rotated = jnp.concatenate([first_cos - second_sin, second_cos + first_sin], axis=-1)
   return rotated.astype(x.dtype)
 
 
@@ -131,10 +143,11 @@ class Block(nn.Module):
     # [batch, k, heads, head_dim] over the cache entries each query sees
     context = cached_attention(queries, keys, values, allowed, c.attention_scale, ends)
     attended = self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
-    x = x + (self.post_attention_norm(attended) if c.post_norms else attended)
+    # A post-norm ends in a product: rounded before the residual sum (`layers.rounded`)
+    x = x + (rounded(self.post_attention_norm(attended), positions) if c.post_norms else attended)
     h = self.mlp_norm(x)
     mlp = self.down(_activation(c)(self.gate(h)) * self.up(h))
-    x = x + (self.post_mlp_norm(mlp) if c.post_norms else mlp)
+    x = x + (rounded(self.post_mlp_norm(mlp), positions) if c.post_norms else mlp)
     return x, KeysValues(keys, values)
 
   def _int8_layer(self, params, x, positions, cache: KeysValues, end_index, allowed, ends):
@@ -203,7 +216,7 @@ class DecoderOnlyNetwork(nn.Module):
       masks[True] = (local, ends_of(local))
     x = lookup(self.embed, tokens, jnp.dtype(c.dtype))
     if c.scale_embeddings:  # sqrt(d_model) in the model's dtype, as transformers' Gemma
-      x = x * jnp.asarray(math.sqrt(c.d_model), jnp.float32).astype(x.dtype)
+      x = rounded(x * jnp.asarray(math.sqrt(c.d_model), jnp.float32).astype(x.dtype), positions)
     new_caches = []
     for layer, (block, cache) in enumerate(zip(self.blocks, caches, strict=True)):
       x, cache = block(x, positions, cache, end_index, *masks[c.is_local(layer)])
