@@ -14,6 +14,7 @@ import pytest
 
 from specsample import SamplingConfig, generate, load_model, load_tokenizer, speculative_generate
 from specsample.checkpoints.gemma import gemma3_gguf_path
+from specsample.kernels import small_k
 from specsample.models import DecoderOnly
 from specsample.models.ngram import NGramDraft
 
@@ -202,8 +203,9 @@ def ours_int8():
 
 @jax.jit
 def _verify_and_steps(model, head, length, tail):
-  """Logits of tail int32[1, k] after head (its length a traced value, as in decoding):
-  one k-token call and k one-token calls -> (float32[1, k, vocab], float32[1, k, vocab])."""
+  """After head int32[1, n] is prefilled (its length a traced value, as in decoding), the
+  logits of its pending last token and tail[:, 1:] (k tokens in all): one k-token call and
+  k one-token calls -> (float32[1, k, vocab], float32[1, k, vocab])."""
   state, pending = model.init_state(head, length, tail.shape[1])
   tokens = jnp.concatenate([pending[:, None], tail[:, 1:]], 1)
   whole, _ = model.extend(state, tokens, jnp.array([tokens.shape[1]], jnp.int32))
@@ -214,6 +216,9 @@ def _verify_and_steps(model, head, length, tail):
   return whole, jnp.concatenate(steps, 1)
 
 
+@pytest.mark.skipif(
+  not small_k.kernel_available(), reason=f"the CPU kernel: {small_k.why_not_available()}"
+)
 def test_8bit_activations_verify_calls_equal_one_token_steps(ours_int8, tokenizer):
   """With 8-bit activations a k-token verify call computes what k one-token steps compute,
   bit for bit (XLA:CPU contracted different products into multiply-adds in the two

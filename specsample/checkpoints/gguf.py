@@ -122,11 +122,6 @@ def gguf_matrix_types(path: str | os.PathLike) -> set[str]:
   return {t.tensor_type.name for t in _reader(path).tensors if len(t.shape) >= 2}
 
 
-def gguf_architecture(path: str | os.PathLike) -> str | None:
-  """A GGUF file's `general.architecture` ("llama", "gemma3", ...), from its header."""
-  return _scalar(_reader(path), "general.architecture", os.fspath(path))
-
-
 def _scalar(reader, key: str, path: str, default=None, required: bool = False):
   field = reader.fields.get(key)
   if field is None:

@@ -55,28 +55,23 @@ def lookup(embedder: nn.Embed, tokens: jax.Array, dtype) -> jax.Array:
   return jnp.take(embedder.embedding, tokens, axis=0).astype(dtype)
 
 
-# Above every position a cache holds (an int32 position, far past any context length).
-POSITION_BOUND = 2**30
-
-
-def rounded(x: jax.Array, positions: jax.Array) -> jax.Array:
+def rounded(x: jax.Array) -> jax.Array:
   """x itself, its values rounded here: a product's result that must not be fused into
-  the sum that follows it.  x [batch, k, ...] at positions int32[batch, k].
+  the sum that follows it.
 
   XLA:CPU lets LLVM contract a product and the sum it takes part in into one fused
   multiply-add where both sit in one fused loop. Where a sum has two products for terms
   (Gemma's scaled embedding plus a post-norm's output; first * cos - second * sin),
   which one is contracted can differ between programs over different numbers of tokens,
   so a k-token verify call and k one-token steps differ by an ulp, which 8-bit
-  activations amplify into different tokens. A select on a condition no compiler can
-  decide (every position is below POSITION_BOUND) ends the product; its other branch, -x
-  (never taken), keeps LLVM from merging two such selects under one condition into a
-  select of their sum. A no-op reduce_precision or an optimization_barrier does not end
-  it: XLA:CPU emits nothing for the first and removes the second before fusing.
+  activations amplify into different tokens. A select on x == x (true but for NaN, whose
+  other branch -x is NaN too) is decided only at run time, so it ends the product: no
+  multiply-add reaches through it, whether or not the positions are known when compiling,
+  and two such selects cannot be merged into a select of their sum. A no-op
+  reduce_precision or an optimization_barrier does not end it: XLA:CPU emits nothing for
+  the first and removes the second before fusing.
   """
-  keep = positions < POSITION_BOUND  # [batch, k]: all true
-  keep = keep.reshape(keep.shape + (1,) * (x.ndim - keep.ndim))
-  return jnp.where(keep, x, -x)
+  return jnp.where(x == x, x, -x)
 
 
 def stored_blocks(module: nn.Module, name: str, shape: tuple[int, int]):

@@ -39,7 +39,7 @@ def rotary_tables(positions: jax.Array, frequencies) -> tuple[jax.Array, jax.Arr
   """cos and sin of positions int32[batch, k] times frequencies float32[head_dim // 2], in
   float32 (as transformers computes them).  -> ([batch, k, half], [batch, k, half])."""
   angles = positions[..., None].astype(jnp.float32) * jnp.asarray(frequencies)  # [batch, k, half]
-  angles = rounded(angles, positions)  # before cos and sin's own sums (`layers.rounded`)
+  angles = rounded(angles)  # before cos and sin's own sums (`layers.rounded`)
   return jnp.cos(angles), jnp.sin(angles)
 
 
@@ -59,8 +59,8 @@ def rotary(x: jax.Array, positions: jax.Array, frequencies) -> jax.Array:
   first, second = x32[..., :half], x32[..., half:]
   # Each product rounded before the sum (`layers.rounded`): the same numbers for any
   # number of tokens per call.
-  first_cos, second_sin = rounded(first * cos, positions), rounded(second * sin, positions)
-  second_cos, first_sin = rounded(second * cos, positions), rounded(first * sin, positions)
+  first_cos, second_sin = rounded(first * cos), rounded(second * sin)
+  second_cos, first_sin = rounded(second * cos), rounded(first * sin)
   rotated = jnp.concatenate([first_cos - second_sin, second_cos + first_sin], axis=-1)
   return rotated.astype(x.dtype)
 
@@ -144,10 +144,10 @@ class Block(nn.Module):
     context = cached_attention(queries, keys, values, allowed, c.attention_scale, ends)
     attended = self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
     # A post-norm ends in a product: rounded before the residual sum (`layers.rounded`)
-    x = x + (rounded(self.post_attention_norm(attended), positions) if c.post_norms else attended)
+    x = x + (rounded(self.post_attention_norm(attended)) if c.post_norms else attended)
     h = self.mlp_norm(x)
     mlp = self.down(_activation(c)(self.gate(h)) * self.up(h))
-    x = x + (rounded(self.post_mlp_norm(mlp), positions) if c.post_norms else mlp)
+    x = x + (rounded(self.post_mlp_norm(mlp)) if c.post_norms else mlp)
     return x, KeysValues(keys, values)
 
   def _int8_layer(self, params, x, positions, cache: KeysValues, end_index, allowed, ends):
@@ -216,7 +216,7 @@ class DecoderOnlyNetwork(nn.Module):
       masks[True] = (local, ends_of(local))
     x = lookup(self.embed, tokens, jnp.dtype(c.dtype))
     if c.scale_embeddings:  # sqrt(d_model) in the model's dtype, as transformers' Gemma
-      x = rounded(x * jnp.asarray(math.sqrt(c.d_model), jnp.float32).astype(x.dtype), positions)
+      x = rounded(x * jnp.asarray(math.sqrt(c.d_model), jnp.float32).astype(x.dtype))
     new_caches = []
     for layer, (block, cache) in enumerate(zip(self.blocks, caches, strict=True)):
       x, cache = block(x, positions, cache, end_index, *masks[c.is_local(layer)])
