@@ -40,7 +40,7 @@ def loop(model, state, k: int):
   """CALLS extend calls of k tokens per row at the same end index (a verify call's shape)."""
 
   @jax.jit
-  def run(state):
+  def run(model, state):  # the weights as arguments, as bench.costs times them
     def body(i, carry):
       state, total = carry
       tokens = jnp.full((1, k), 5, jnp.int32) + (total > 0).astype(jnp.int32)
@@ -49,7 +49,7 @@ def loop(model, state, k: int):
 
     return jax.lax.fori_loop(0, CALLS, body, (state, jnp.zeros(())))[1]
 
-  return lambda: run(state)
+  return lambda: run(model, state)
 
 
 def speedup(alpha: float, gamma: int, c: float, r: float) -> float:
