@@ -4,9 +4,10 @@ A feature-level draft of the kind bundled for SmolLM2 (one decoder layer of the 
 shape over the target's features, its output layer the target's rows of an 8192-token
 reduced vocabulary), with random weights of that exact shape: its one-token drafting step
 timed against the target's one-token step and the target's (gamma + 1)-token verify call,
-side by side in one run (interleaved, medians of --repeats, each a compiled loop of 20
-calls, batch 1, a context of --context tokens). The draft in float32 and in Q8_0 blocks
-(what `load_pair` gives a float32 token-level draft beside 8-bit activations).
+side by side in one run (`bench.costs.interleaved_step_seconds`: medians of --repeats,
+each a compiled loop of 20 calls, batch 1, after a prompt of --context tokens). The draft
+in float32 and in Q8_0 blocks (what `load_pair` gives a float32 token-level draft beside
+8-bit activations).
 
 From the measured c = t_draft / t_target and r = t_target(gamma + 1) / t_target(1), the
 speedup model S(alpha) = (1 - alpha^(gamma+1)) / ((1 - alpha) (gamma c + r)) gives the
@@ -22,46 +23,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.bench import time_calls
+from specsample.bench.costs import interleaved_step_seconds
 from specsample.checkpoints import load_model
 from specsample.checkpoints.gemma import gemma3_gguf_path
+from specsample.core.speedup import theoretical_speedup
 from specsample.models.feature_draft import FeatureDraft, feature_draft_config
 from specsample.models.weights import with_q8_0_draft
 
-CALLS = 20  # calls per timed program
 OUTPUT_VOCAB = 8192  # the reduced vocabulary of SmolLM2's bundled drafts
-
-
-def loop(model, state, k: int):
-  """CALLS extend calls of k tokens per row at the same end index (a verify call's shape)."""
-
-  @jax.jit
-  def run(model, state):  # the weights as arguments, as bench.costs times them
-    def body(i, carry):
-      state, total = carry
-      tokens = jnp.full((1, k), 5, jnp.int32) + (total > 0).astype(jnp.int32)
-      logits, state = model.extend(state, tokens, jnp.zeros((1,), jnp.int32))
-      return state, total + logits[0, 0, 0]
-
-    return jax.lax.fori_loop(0, CALLS, body, (state, jnp.zeros(())))[1]
-
-  return lambda: run(model, state)
-
-
-def speedup(alpha: float, gamma: int, c: float, r: float) -> float:
-  """Expected tokens per iteration over the iteration's cost in target steps."""
-  tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha)
-  return tokens / (gamma * c + r)
 
 
 def break_even(target: float, gamma: int, c: float, r: float) -> float:
   """The smallest alpha (to 0.01) whose speedup reaches target, or nan."""
   for alpha in np.arange(0.0, 1.0, 0.01):
-    if speedup(float(alpha), gamma, c, r) >= target:
+    if theoretical_speedup(float(alpha), gamma, c, r) >= target:
       return float(alpha)
   return float("nan")
 
@@ -82,18 +60,12 @@ def main() -> int:
   drafts = {"float32": FeatureDraft.init_random(config)}
   drafts["Q8_0 blocks"] = with_q8_0_draft(drafts["float32"])
   prompt = jnp.asarray(np.random.default_rng(0).integers(100, 40000, (1, args.context)), jnp.int32)
-  length = jnp.asarray([args.context], jnp.int32)
-  target_state, _ = target.init_state(prompt, length, 16)
-  calls = [loop(target, target_state, 1), loop(target, target_state, args.gamma + 1)]
-  for draft in drafts.values():
-    features = jnp.zeros((1, args.context, target.config.d_model), jnp.float32)
-    draft_state, _ = draft.init_state(prompt, length, 16, features)
-    calls.append(loop(draft, draft_state, 1))
-  timings, _ = time_calls(calls, repeats=args.repeats)
-  ms = [1e3 * t.median / CALLS for t in timings]
+  steps = [(target, 1), (target, args.gamma + 1), *((draft, 1) for draft in drafts.values())]
+  seconds = interleaved_step_seconds(steps, prompt, repeats=args.repeats, calls=20)
+  ms = [1e3 * s for s in seconds]
   step, verify = ms[0], ms[1]
   r = verify / step
-  lookup = speedup(args.lookup_alpha, args.gamma, 0.0, r)
+  lookup = theoretical_speedup(args.lookup_alpha, args.gamma, 0.0, r)
   print(
     f"Gemma 3 270M (8-bit activations), context {args.context}, batch 1, gamma {args.gamma}; "
     f"ms per call, medians of {args.repeats}: target step {step:.2f}, verify call of "
@@ -105,7 +77,9 @@ def main() -> int:
   print("|---|---|---|---|---|---|---|---|")
   for name, draft_ms in zip(drafts, ms[2:], strict=True):
     c = draft_ms / step
-    predicted = " | ".join(f"{speedup(a, args.gamma, c, r):.2f}x" for a in (0.4, 0.5, 0.6, 0.7))
+    predicted = " | ".join(
+      f"{theoretical_speedup(a, args.gamma, c, r):.2f}x" for a in (0.4, 0.5, 0.6, 0.7)
+    )
     even = break_even(lookup, args.gamma, c, r)
     print(f"| {name} | {draft_ms:.2f} | {c:.3f} | {predicted} | {even:.2f} |")
   return 0
