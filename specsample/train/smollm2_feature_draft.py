@@ -67,6 +67,9 @@ class FeatureDraftOptions:
   bundle: str = BUNDLE  # where the draft and its card go
   stages: str = ",".join(STAGES)  # comma-separated
   seed: int = 0
+  # the target's arithmetic for its responses and features: "int8" (GGUF blocks, 8-bit
+  # activations: what `specsample generate` runs by default) or "float32"
+  target_activations: str = "int8"
   train_prompts: int = 4000
   generate_batch: int = 32
   generate_minutes: float = 60.0
@@ -87,6 +90,18 @@ class FeatureDraftOptions:
   bench_prompts: str = os.path.join(BUNDLE, "prompts.jsonl")
   # report.json of the draft behind prompt lookup, then of the draft alone
   bench_reports: str = ",".join(BENCH_REPORTS)
+
+
+def command_line(options: FeatureDraftOptions) -> str:
+  """The training script's command line for `options` (flags that differ from the defaults;
+  where the draft and its card go, and the card's inputs, left out)."""
+  flags = []
+  for field in dataclasses.fields(FeatureDraftOptions):
+    value = getattr(options, field.name)
+    if field.name in ("bundle", "bench_prompts", "bench_reports") or value == field.default:
+      continue
+    flags.append(f"--{field.name.replace('_', '-')} {value}")
+  return " ".join(["python scripts/train/train_smollm2_feature_draft.py", *flags])
 
 
 # ---------------------------------------------------------------- 2. generate
@@ -132,7 +147,7 @@ def stage_generate(options: FeatureDraftOptions, target, tokenizer) -> None:
 
   _, minutes = generate_batches(
     target, todo, max_new_tokens=options.max_new_tokens, minutes=options.generate_minutes,
-    seed=options.seed + len(done), write=write, features=True,
+    seed=options.seed + len(done), write=write, features=True, k=0,
   )  # fmt: skip
   stats_path = os.path.join(options.work, "generation.json")
   stats = read_json(stats_path)
@@ -231,7 +246,8 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
     with open(os.path.join(options.work, "train_log.json"), "w") as f:
       json.dump({"history": history, "minutes": minutes, "sequences": len(train),
                  "positions": positions, "response_tokens": responses,
-                 "settings": dataclasses.asdict(options)}, f)  # fmt: skip
+                 "settings": dataclasses.asdict(options),
+                 "command": command_line(options)}, f)  # fmt: skip
   scores = agreement_by_task(lambda items: df.agreement(draft, items, steps=3), validation,
                              task=lambda s: s.task)  # fmt: skip
   log(f"train: validation agreement {json.dumps(scores)}")
@@ -260,7 +276,7 @@ def run(options: FeatureDraftOptions) -> None:
 
   os.makedirs(options.work, exist_ok=True)
   stages = options.stages.split(",")
-  target, tokenizer = load_target()
+  target, tokenizer = load_target(options.target_activations)
   if "prompts" in stages:
     path = os.path.join(options.work, "train_prompts.jsonl")
     write_train_prompts(path, tokenizer, options.train_prompts, options.seed)

@@ -27,8 +27,10 @@ from specsample.models.decoder_only import DecoderOnly
 class Response:
   prompt: list[int]  # the prompt's token ids (chat template applied)
   tokens: list[int]  # the target's response, EOS included when it ended
-  top_ids: np.ndarray  # int32[len(tokens), k]: the target's k likeliest tokens per position
-  top_logprobs: np.ndarray  # float32[len(tokens), k]: their log-probabilities (temperature 1)
+  # The target's k likeliest tokens per position and their log-probabilities (temperature
+  # 1); None when read with k = 0 (features alone).
+  top_ids: np.ndarray | None  # int32[len(tokens), k]
+  top_logprobs: np.ndarray | None  # float32[len(tokens), k]
   # The same at the prompt positions 0 .. len(prompt) - 2 (the target's prediction of each
   # next prompt token); None when not recorded.
   prompt_top_ids: np.ndarray | None = None  # int32[len(prompt) - 1, k]
@@ -64,6 +66,17 @@ def _read_sequences(model, sequences, lengths, k):
   return top_ids.astype(jnp.int32), top_logprobs.astype(jnp.float32), features.astype(jnp.float16)
 
 
+@jax.jit
+def _read_features(model, sequences, lengths):
+  """The target's features only: `_read_sequences` without the output layer, which XLA
+  leaves out of the program as its logits are unused (on a CPU it is most of the cost of
+  a teacher-forced call over many positions). -> features float16[b, width, d_model]."""
+  b, width = sequences.shape
+  state, _ = model.init_state(sequences[:, :1], jnp.ones((b,), jnp.int32), width)
+  _, features, _ = model.extend_with_features(state, sequences, lengths)
+  return features.astype(jnp.float16)
+
+
 def read_sequences(
   target: DecoderOnly,
   sequences: Sequence[Sequence[int]],
@@ -75,17 +88,24 @@ def read_sequences(
   """`_read_sequences` on token lists, `rows` sequences per call (the logits of a call are
   [rows, width, vocab]: a bounded memory), padded to a width that is a multiple of
   `width_multiple` (few compilations). -> top ids int32[n, width, k], top log-probabilities
-  float32[n, width, k], features float16[n, width, d_model]."""
+  float32[n, width, k], features float16[n, width, d_model]; k = 0: the features alone (the
+  top ids and log-probabilities are None), without computing the logits."""
   lengths = np.array([len(s) for s in sequences], np.int32)
   width = -(-int(lengths.max()) // width_multiple) * width_multiple
   count = -(-len(sequences) // rows) * rows  # whole calls: one compiled shape
   array = right_pad(sequences, width, target.config.pad_id)
   array = np.concatenate([array, np.repeat(array[:1], count - len(sequences), axis=0)])
   lengths = np.concatenate([lengths, np.repeat(lengths[:1], count - len(sequences))])
-  pieces = [
-    _read_sequences(target, jnp.asarray(array[i : i + rows]), jnp.asarray(lengths[i : i + rows]), k)
-    for i in range(0, count, rows)
-  ]
+
+  def read(i):
+    chunk, chunk_lengths = jnp.asarray(array[i : i + rows]), jnp.asarray(lengths[i : i + rows])
+    if k == 0:
+      return _read_features(target, chunk, chunk_lengths)
+    return _read_sequences(target, chunk, chunk_lengths, k)
+
+  pieces = [read(i) for i in range(0, count, rows)]
+  if k == 0:
+    return None, None, np.concatenate([np.asarray(p) for p in pieces])[: len(sequences)]
   return tuple(
     np.concatenate([np.asarray(p[j]) for p in pieces])[: len(sequences)] for j in range(3)
   )
@@ -105,8 +125,11 @@ def generate_responses(
   """The target's responses to `prompts` (one batch): `specsample.decoding.generate` at
   `temperature` (0: greedy) with `seed`, up to `max_new_tokens` each (EOS included), then
   the target's top-k at every position of prompt + response, and with `features` its
-  features there (`Response.features`). Prompts are
+  features there (`Response.features`); k = 0 (needs `features`): the features alone
+  (top ids and log-probabilities None; no output layer computed). Prompts are
   right-padded to a multiple of `width_multiple` (few compilations)."""
+  if k == 0 and not features:
+    raise ValueError("k = 0 reads the features alone: it needs features=True")
   lengths = np.array([len(p) for p in prompts], np.int32)
   width = -(-int(lengths.max()) // width_multiple) * width_multiple
   output = generate(
@@ -126,10 +149,10 @@ def generate_responses(
       Response(
         prompt=list(map(int, prompt)),
         tokens=sequences[row][start + 1 :],
-        top_ids=top_ids[row, start:end],
-        top_logprobs=top_logprobs[row, start:end],
-        prompt_top_ids=top_ids[row, :start],
-        prompt_top_logprobs=top_logprobs[row, :start],
+        top_ids=None if k == 0 else top_ids[row, start:end],
+        top_logprobs=None if k == 0 else top_logprobs[row, start:end],
+        prompt_top_ids=None if k == 0 else top_ids[row, :start],
+        prompt_top_logprobs=None if k == 0 else top_logprobs[row, :start],
         features=all_features[row, :end] if features else None,
       )
     )
