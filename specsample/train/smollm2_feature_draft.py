@@ -284,7 +284,10 @@ def run(options: FeatureDraftOptions) -> None:
     stage_generate(options, target, tokenizer)
   if "vocab" in stages:
     stage_vocab(options, tokenizer)
-  draft = stage_train(options, target) if "train" in stages else None
+  draft = None
+  if "train" in stages:  # training reads the target's float32 output rows and embedding
+    trainer = target if options.target_activations == "float32" else load_target("float32")[0]
+    draft = stage_train(options, trainer)
   if "export" in stages:
     stage_export(options, draft)
   if "card" in stages:
