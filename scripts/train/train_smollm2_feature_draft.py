@@ -78,6 +78,12 @@ def main(argv=None) -> int:
     "--previous-log", default=None, help="train_log.json of the run --init-from continues"
   )
   parser.add_argument(
+    "--card-note",
+    default=None,
+    help="a paragraph the model card adds to its training section (e.g. where the draft "
+    "--init-from named lives now)",
+  )
+  parser.add_argument(
     "--bench-prompts",
     default=os.path.join(BUNDLE, "prompts.jsonl"),
     help="the card's alpha by task runs the draft alone on these prompts",

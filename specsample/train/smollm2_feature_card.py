@@ -71,10 +71,23 @@ def alpha_by_task(target, draft, tokenizer, path: str, gamma: int, max_new_token
   }  # fmt: skip
 
 
-def training_facts(options: FeatureDraftOptions, directory: str) -> dict:
+def kept_token_coverage(work: str, output_ids: np.ndarray) -> float:
+  """The share of the work directory's validation response tokens among `output_ids`."""
+  from specsample.train.smollm2_feature_draft import load_sequences
+
+  _, validation = load_sequences(work)
+  held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
+  return float(np.isin(held, output_ids).mean())
+
+
+def training_facts(
+  options: FeatureDraftOptions, directory: str, output_ids: np.ndarray | None = None
+) -> dict:
   """data / training / validation_agreement from the work directory's logs, or, where
   they are gone, as the draft's metrics.json recorded them (the card is rewritten from
-  new bench reports without retraining)."""
+  new bench reports without retraining). output_ids: the draft's kept tokens; where they
+  are not the vocabulary stage's (a draft continued from another keeps that one's), the
+  share of validation response tokens they cover joins the data."""
   log_path = os.path.join(options.work, "train_log.json")
   if not os.path.exists(log_path):
     kept = read_json(os.path.join(directory, "metrics.json"))
@@ -82,20 +95,28 @@ def training_facts(options: FeatureDraftOptions, directory: str) -> dict:
       raise StageError(f"card: no training log ({log_path}) and no training facts in "
                        f"{directory}/metrics.json: run the train stage first")  # fmt: skip
     log(f"card: no {log_path}; training facts kept from {directory}/metrics.json")
-    return {k: kept[k] for k in ("data", "training", "validation_agreement")}
+    facts = {k: kept[k] for k in ("data", "training", "validation_agreement")}
+    if options.card_note:
+      facts["training"] = {**facts["training"], "note": options.card_note}
+    return facts
   train_log = read_json(log_path)
   previous = read_json(options.previous_log) if options.previous_log else {}
   vocab = read_json(os.path.join(options.work, "vocab.json"))
   generation = read_json(os.path.join(options.work, "generation.json"))
+  kept = {}
+  chosen = set(vocab.get("ids", [])[: len(output_ids)]) if output_ids is not None else set()
+  if output_ids is not None and chosen != set(np.asarray(output_ids).tolist()):
+    kept = {"kept_token_coverage": kept_token_coverage(options.work, np.asarray(output_ids))}
   return {
     "data": {"sequences": train_log.get("sequences"), "positions": train_log.get("positions"),
              "response_tokens": train_log.get("response_tokens"),
-             "output_vocab_coverage": vocab.get("coverage"), **generation},
+             "output_vocab_coverage": vocab.get("coverage"), **kept, **generation},
     "training": {"minutes": round(train_log.get("minutes", 0.0), 1),
                  "stages": [stage_summary(run) for run in (previous, train_log) if run],
                  "commands": [run["command"] for run in (previous, train_log)
                               if run.get("command")],
-                 "init_from": (train_log.get("settings") or {}).get("init_from")},
+                 "init_from": (train_log.get("settings") or {}).get("init_from"),
+                 **({"note": options.card_note} if options.card_note else {})},
     "validation_agreement": read_json(os.path.join(options.work, "validation.json")),
   }  # fmt: skip
 
@@ -105,7 +126,7 @@ def write_metrics(options: FeatureDraftOptions, draft, target, tokenizer) -> dic
   task on `bench_prompts` and the training facts. -> the metrics."""
   with_lookup, alone = read_bench_reports(options.bench_reports)
   directory = os.path.join(options.bundle, "feature_draft")
-  facts = training_facts(options, directory)
+  facts = training_facts(options, directory, np.asarray(draft.params["output_ids"]))
   gamma = best_point(alone, 0.0)["gamma"]
   log(f"card: alpha by task (gamma {gamma}, {options.bench_prompts})")
   by_task = alpha_by_task(target, draft, tokenizer, options.bench_prompts, gamma,
@@ -188,15 +209,24 @@ def card_text(metrics: dict) -> str:
   coverage = ", ".join(
     f"{k}: {v:.1%}" for k, v in (data.get("output_vocab_coverage") or {}).items()
   )
+  if data.get("kept_token_coverage") is not None:
+    share = data["kept_token_coverage"]
+    coverage += (f" (chosen from this data; the draft keeps the {d['output_vocab_size']} "
+                 f"tokens of the draft it continues, which cover {share:.1%})")  # fmt: skip
   record = f"\n\n{t['note']}" if t.get("note") else ""
   machine = m.get("machine") or {}
   machine_text = f"{machine.get('cpu')}, {machine.get('cpu_cores')} cores, jax {machine.get('jax')}"
 
   settings = first
   commands = commands_text(t)
+  role = "The default draft of `specsample generate` (`--draft bundled:feature`)"
+  if m.get("superseded_by"):  # a previous draft kept selectable
+    role = (f"The previous default draft of `specsample generate`, kept selectable (`--draft "
+            f"{m['selected_as']}`; the default `{m['superseded_by']}` continues its training "
+            "on more data)")  # fmt: skip
   return f"""# Bundled feature draft for SmolLM2-135M-Instruct
 
-The default draft of `specsample generate` (`--draft bundled:feature`): a feature-level
+{role}: a feature-level
 draft (Li et al. 2024, "EAGLE") trained on this machine (2 CPU cores, shared) from the
 target's own responses and features. It reads the target's features (its final-normed
 hidden states) of the committed text, which the target's verify call computes anyway, and
@@ -266,7 +296,7 @@ predictions (teacher-forced tokens; with the cache of a real drafted block):
 
 ## Limitations
 
-- Trained on what two CPU cores make in about two hours; the agreement grows with data and
+- Trained on what two CPU cores make in a few hours; the agreement grows with data and
   steps (see docs/smollm2.md).
 - A feature draft needs its target's features: it works only with SmolLM2-135M-Instruct
   (or a model with the same embedding and hidden states), drafts one fixed-length chain

@@ -86,6 +86,9 @@ class FeatureDraftOptions:
   steps_ahead: int = 1  # drafting steps simulated per position (1: target features only)
   init_from: str | None = None  # a feature draft directory to start from
   previous_log: str | None = None  # train_log.json of the run init_from continues
+  # a paragraph the card adds to its training section (e.g. where the draft that
+  # init_from named lives now, and where its own data and training are told)
+  card_note: str | None = None
   # the card's alpha by task runs the draft alone on these prompts
   bench_prompts: str = os.path.join(BUNDLE, "prompts.jsonl")
   # report.json of the draft behind prompt lookup, then of the draft alone
@@ -98,7 +101,8 @@ def command_line(options: FeatureDraftOptions) -> str:
   flags = []
   for field in dataclasses.fields(FeatureDraftOptions):
     value = getattr(options, field.name)
-    if field.name in ("bundle", "bench_prompts", "bench_reports") or value == field.default:
+    card_inputs = ("bundle", "bench_prompts", "bench_reports", "card_note")
+    if field.name in card_inputs or value == field.default:
       continue
     flags.append(f"--{field.name.replace('_', '-')} {value}")
   return " ".join(["python scripts/train/train_smollm2_feature_draft.py", *flags])
