@@ -103,14 +103,13 @@ def training_facts(
   previous = read_json(options.previous_log) if options.previous_log else {}
   vocab = read_json(os.path.join(options.work, "vocab.json"))
   generation = read_json(os.path.join(options.work, "generation.json"))
-  kept = {}
-  chosen = set(vocab.get("ids", [])[: len(output_ids)]) if output_ids is not None else set()
-  if output_ids is not None and chosen != set(np.asarray(output_ids).tolist()):
-    kept = {"kept_token_coverage": kept_token_coverage(options.work, np.asarray(output_ids))}
+  continued = {}  # the draft keeps tokens other than the vocabulary stage's
+  if output_ids is not None and set(vocab.get("ids", [])) != set(output_ids.tolist()):
+    continued = {"kept_token_coverage": kept_token_coverage(options.work, output_ids)}
   return {
     "data": {"sequences": train_log.get("sequences"), "positions": train_log.get("positions"),
              "response_tokens": train_log.get("response_tokens"),
-             "output_vocab_coverage": vocab.get("coverage"), **kept, **generation},
+             "output_vocab_coverage": vocab.get("coverage"), **continued, **generation},
     "training": {"minutes": round(train_log.get("minutes", 0.0), 1),
                  "stages": [stage_summary(run) for run in (previous, train_log) if run],
                  "commands": [run["command"] for run in (previous, train_log)
