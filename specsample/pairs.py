@@ -27,7 +27,11 @@ import jax
 from specsample import bundled
 from specsample.checkpoints import load_model, load_tokenizer
 from specsample.checkpoints.decoder_only import SHARED_EMBEDDING_KEY
-from specsample.checkpoints.feature_draft import is_feature_draft_dir, load_feature_draft
+from specsample.checkpoints.feature_draft import (
+  feature_target,
+  is_feature_draft_dir,
+  load_feature_draft,
+)
 from specsample.checkpoints.loader import stored_weight_format
 from specsample.core.contract import uses_target_features
 from specsample.models.lookup_draft import LookupThenModel
@@ -174,6 +178,7 @@ def load_pair(
   else:
     target_model = load_model(target_path, dtype=dtype, **blocks)
     draft_model = load_draft(draft_spec, target_model, dtype=dtype, **blocks)
+    target_model = feature_target(target_model, draft_model)  # the layers a draft fuses
     tokens = load_tokenizer(tokenizer or target_path)
   target_model, draft_model = _with_weights(weights, target_model, draft_model)
   in_blocks = activations == "int8" and token_draft_with_matrices(draft_model)

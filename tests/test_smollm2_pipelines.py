@@ -14,9 +14,11 @@ import numpy as np
 import optax
 import pytest
 
+from specsample.checkpoints.feature_draft import load_feature_draft, save_feature_draft
 from specsample.data.chat_prompts import ChatPrompt, write_jsonl
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.train import distill_decoder as dd
+from specsample.train import distill_features as df
 from specsample.train import smollm2_data as sd
 from specsample.train import smollm2_feature_card as feature_card
 from specsample.train import smollm2_feature_draft as fd
@@ -225,3 +227,40 @@ def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypat
   assert "--output-vocab 48 --train-steps 2 --tokens-per-batch 256`" in card
   assert "\n\nContinues the draft now in somewhere_v1/." in card  # the note, not a flag
   assert "--card-note" not in card
+
+
+@pytest.mark.slow
+def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkeypatch):
+  """--feature-layers: shards with the layers' outputs; a draft continued from one that
+  reads the final state alone starts fusing them; its checkpoint and card say so."""
+  work, bundle = str(tmp_path / "work"), str(tmp_path / "bundle")
+  write_prompts(work)
+  monkeypatch.setattr(fd, "load_target", lambda *_: (target, Tokenizer()))
+  bench_prompts = str(tmp_path / "bench_prompts.jsonl")
+  write_jsonl([ChatPrompt("chat", "open file", "")], bench_prompts)
+  start = df.draft_for_target(target, np.arange(1, 49, dtype=np.int32), seed=1)
+  save_feature_draft(start, tmp_path / "start", dtype="float32")
+  options = fd.FeatureDraftOptions(
+    work=work, bundle=bundle, stages="prompts,generate,vocab,train,export,card",
+    generate_batch=8, max_new_tokens=8, output_vocab=48, train_steps=2, tokens_per_batch=256,
+    feature_layers="0", init_from=str(tmp_path / "start"), steps_ahead=2,
+    bench_prompts=bench_prompts,
+    bench_reports=write_bench_reports(tmp_path),
+  )  # fmt: skip
+  fd.run(options)
+  train, _ = fd.load_sequences(work)
+  assert {s.features.shape[-1] for s in train} == {2 * TARGET.d_model}
+  saved = load_feature_draft(os.path.join(bundle, "feature_draft"), target)
+  assert saved.config.feature_layers == (0,) and saved.feature_size == 64
+  with open(os.path.join(bundle, "feature_draft", "MODEL_CARD.md")) as f:
+    card = f.read()
+  assert "the outputs of its layers 0 (RMS-normalised) and its final state -> linear 64" in card
+  assert "--feature-layers 0 " in card
+  os.remove(os.path.join(work, "train_log.json"))  # train again, on shards of another width
+  if os.path.exists(os.path.join(work, "checkpoint.npz")):
+    os.remove(os.path.join(work, "checkpoint.npz"))
+  plain = dataclasses.replace(options, stages="train", feature_layers="", init_from=None)
+  with pytest.raises(sd.StageError, match="64 wide, the draft reads 32"):
+    fd.run(plain)
+  with pytest.raises(ValueError, match="layer indices like 2,15"):
+    fd.run(dataclasses.replace(options, stages="train", feature_layers="low"))

@@ -79,7 +79,7 @@ def main() -> int:
   )
   from specsample.checkpoints import load_model, load_tokenizer, save_hf_decoder_only
   from specsample.checkpoints.decoder_only import expand_output_layer
-  from specsample.checkpoints.feature_draft import load_feature_draft
+  from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
   from specsample.models.lookup_draft import LookupThenModel
   from specsample.models.ngram import NGramDraft
 
@@ -124,9 +124,10 @@ def main() -> int:
         target, LookupThenModel.for_target(draft, target), [p], gamma=args.gamma, **common
       ).sequences()[0]
     if feature is not None:
-      calls["ours_feature"] = lambda p=prompt: speculative_generate(
-        target,
-        LookupThenModel.for_target(feature, target),
+      giver = feature_target(target, feature)  # with the layers the draft fuses, if any
+      calls["ours_feature"] = lambda p=prompt, giver=giver: speculative_generate(
+        giver,
+        LookupThenModel.for_target(feature, giver),
         [p],
         gamma=args.feature_gamma,
         **common,

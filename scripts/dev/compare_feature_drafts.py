@@ -22,7 +22,7 @@ import numpy as np
 from specsample.bench.pair import pad_to_width
 from specsample.bundled import SMOLLM2_DIR, smollm2_target_path
 from specsample.checkpoints import load_model, load_tokenizer
-from specsample.checkpoints.feature_draft import load_feature_draft
+from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
 from specsample.core import SamplingConfig
 from specsample.data import chat_prompts
 from specsample.decoding import SpeculativeSettings, speculative_decode
@@ -98,12 +98,13 @@ def main() -> int:
   results = {}
   for directory in args.drafts:
     draft = load_feature_draft(directory, target)
+    giver = feature_target(target, draft)  # with the layers the draft fuses, if any
     for lookup in (False, True):
-      model = LookupThenModel.for_target(draft, target) if lookup else draft
+      model = LookupThenModel.for_target(draft, giver) if lookup else draft
       name = f"{directory}{' + lookup' if lookup else ''}"
       for set_name, tasks in sets.items():
         results.setdefault(set_name, {})[name] = tokens_per_call(
-          target, model, tasks, settings, args.batch
+          giver, model, tasks, settings, args.batch
         )
         print(f"{set_name}: {name}: {results[set_name][name]['all']}", file=sys.stderr)
   for set_name, by_draft in results.items():

@@ -60,6 +60,12 @@ def main(argv=None) -> int:
   parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
   parser.add_argument("--output-vocab", type=int, default=d.output_vocab)
   parser.add_argument("--layers", type=int, default=d.layers, help="decoder layers of the draft")
+  parser.add_argument(
+    "--feature-layers",
+    default=d.feature_layers,
+    help="target layers (comma-separated indices, e.g. 2,15) whose outputs the draft fuses "
+    "with the final state (EAGLE-3); generate the shards with the same",
+  )
   parser.add_argument("--train-steps", type=int, default=d.train_steps)
   parser.add_argument("--train-minutes", type=float, default=d.train_minutes)
   parser.add_argument("--tokens-per-batch", type=int, default=d.tokens_per_batch)

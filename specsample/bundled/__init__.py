@@ -129,7 +129,7 @@ def load_smollm2_pair(
   (`load_model`), and the draft shares the embedding in its Q8_0 blocks; activations
   ("float32" or "int8") how those blocks are multiplied (`load_model`)."""
   from specsample.checkpoints import load_model, load_tokenizer
-  from specsample.checkpoints.feature_draft import load_feature_draft
+  from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
 
   kind = smollm2_default_draft() if draft == "auto" else draft
 
@@ -147,6 +147,7 @@ def load_smollm2_pair(
   target = load_model(target_path, dtype=dtype, gguf_blocks=gguf_blocks, activations=activations)
   if is_feature_kind(kind):
     draft_model = load_feature_draft(smollm2_draft_dir(kind), target, dtype=dtype)
+    target = feature_target(target, draft_model)  # with the layers the draft fuses
   else:
     embedding = target.params["embed"]["embedding"]
     draft_model = load_model(smollm2_draft_dir(), dtype=dtype, shared_embedding=embedding)

@@ -5,7 +5,8 @@ plus `specsample_architecture: "feature_draft"` and the reduced output vocabular
 model.safetensors holds the fusing map, the layer(s) and `output_ids` under their
 parameter paths ("fuse.kernel", "blocks_0.query.kernel", ...). The input embedding and
 the output rows are the target's and are not stored: `load_feature_draft` takes them from
-the target it is given.
+the target it is given. A draft that fuses several target layers (EAGLE-3) lists them
+under `specsample_feature_layers`; its target must give them (`feature_target`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from specsample.models.feature_draft import FeatureDraft
 
 ARCHITECTURE_KEY = "specsample_architecture"
 ARCHITECTURE = "feature_draft"
+FEATURE_LAYERS_KEY = "specsample_feature_layers"  # the target layers it fuses (EAGLE-3)
 _DERIVED = ("embed", "output_embedding")  # taken from the target when loading
 
 
@@ -59,6 +61,8 @@ def save_feature_draft(
   save_file(tensors, os.path.join(directory, "model.safetensors"))
   config = hf_config_of(draft.config.replace(output_vocab_size=None))
   config.update({ARCHITECTURE_KEY: ARCHITECTURE, OUTPUT_VOCAB_KEY: draft.config.output_vocab_size})
+  if draft.config.feature_layers:
+    config[FEATURE_LAYERS_KEY] = list(draft.config.feature_layers)
   with open(os.path.join(directory, "config.json"), "w") as f:
     json.dump(config, f, indent=2)
 
@@ -75,7 +79,12 @@ def load_feature_draft(directory: str | os.PathLike, target, *, dtype: str = "fl
       f"{directory}: not a feature draft (no {ARCHITECTURE_KEY} in config.json)"
     )
   with open(os.path.join(directory, "config.json")) as f:
-    config = config_from_hf(json.load(f), source=directory, dtype=dtype)
+    hf = json.load(f)
+  config = config_from_hf(hf, source=directory, dtype=dtype)
+  layers = hf.get(FEATURE_LAYERS_KEY, [])
+  if not isinstance(layers, list) or not all(isinstance(i, int) for i in layers):
+    raise CheckpointError(f"{directory}: {FEATURE_LAYERS_KEY} must be a list of layer indices")
+  config = config.replace(feature_layers=tuple(layers))
   if not isinstance(target, DecoderOnly):  # a FeatureTarget whose embedding the draft shares
     raise CheckpointError(f"{directory}: a feature draft needs a decoder-only target")
   target_config = target.config
@@ -84,6 +93,11 @@ def load_feature_draft(directory: str | os.PathLike, target, *, dtype: str = "fl
       f"{directory}: the draft reads a target of vocabulary {config.vocab_size} and width "
       f"{config.d_model}, this target has {target_config.vocab_size} and "
       f"{target_config.d_model}"
+    )
+  if any(i >= target_config.num_layers for i in config.feature_layers):
+    raise CheckpointError(
+      f"{directory}: the draft fuses the target's layers {config.feature_layers}, this "
+      f"target has {target_config.num_layers}"
     )
   if not target_config.tie_word_embeddings:
     raise CheckpointError(
@@ -133,6 +147,15 @@ def _quantized_projections(params: dict) -> dict:
     return int8_blocks.from_gguf_blocks(raw, "q8_0")
 
   return {
-    key: convert(node) if key == "fuse" or key.startswith("blocks_") else node
+    key: convert(node) if key in ("fuse", "reduce") or key.startswith("blocks_") else node
     for key, node in params.items()
   }
+
+
+def feature_target(target, draft):
+  """`target` giving the features `draft` reads: with the outputs of the layers a fusing
+  feature draft names (`DecoderOnly.with_feature_layers`); any other pair as it is."""
+  layers = getattr(getattr(draft, "config", None), "feature_layers", ())
+  if not layers or not isinstance(target, DecoderOnly):
+    return target
+  return target.with_feature_layers(layers)

@@ -186,9 +186,16 @@ def check_feature_pair(target, draft, *, adaptive, tree) -> None:
       "DecoderOnly has them)"
     )
   if draft.feature_size != target.feature_size:
+    inner = getattr(draft, "model", draft)  # a draft behind prompt lookup
+    layers = getattr(getattr(inner, "config", None), "feature_layers", ())
+    hint = (
+      f" (the draft fuses the target's layers {layers}: pass "
+      f"target.with_feature_layers({layers}), or load both with load_pair)"
+      if layers else ""
+    )  # fmt: skip
     raise ValueError(
       f"the draft reads features of width {draft.feature_size}, the target's are "
-      f"{target.feature_size} wide: was the draft trained for this target?"
+      f"{target.feature_size} wide: was the draft trained for this target?{hint}"
     )
   if adaptive is not None or tree is not None:
     raise ValueError(

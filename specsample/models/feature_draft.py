@@ -9,6 +9,13 @@ of the target's shape; its output is the draft's prediction of feature j, and th
 own output rows (for a reduced vocabulary) turn it into logits. The features of committed
 text come from the target's verify call, so the draft sees what the target computed.
 
+With `config.feature_layers` (EAGLE-3's fusion) the target's features also carry the
+outputs of those of its layers (low and middle ones) before the final-normed state:
+[d * (n + 1)]. The draft RMS-normalises each layer output (no scale), and one more linear
+map (`reduce`, [d * (n + 1)] -> [d]) turns the target's features into one d-wide feature;
+inside a drafted block the draft's own outputs (d wide) take its place. `with_fusion`
+makes such a draft from one that reads the final state alone, computing what it did.
+
 Behind the model contract with two additions (`uses_target_features`): `init_state` and
 `extend` take the target's features of the positions before their tokens. Without them
 (`features=None`), `extend` takes ONE token per row and pairs it with the draft's own last
@@ -50,6 +57,8 @@ class FeatureDraftNetwork(nn.Module):
     c, dtype = self.config, jnp.dtype(self.config.dtype)
     self.embed = Embed(c.vocab_size, c.d_model, dtype=dtype, param_dtype=dtype)
     self.fuse = Projection(c.d_model, dtype=dtype, use_bias=True)  # [2 d] -> [d]
+    if c.feature_layers:  # [d * (n + 1)] -> [d]: the target's fused layers
+      self.reduce = Projection(c.d_model, dtype=dtype)
     self.blocks = [Block(c) for _ in range(c.num_layers)]
     # The target's output rows of the kept tokens, [output_vocab, d] (tied layout); in
     # the target's blocks when the target keeps its embedding in blocks.
@@ -62,12 +71,30 @@ class FeatureDraftNetwork(nn.Module):
       "output_ids", lambda _, shape: jnp.arange(shape[0], dtype=jnp.int32), (c.output_vocab_size,)
     )
 
+  def reduced(self, features):
+    """The target's features [..., d * (n + 1)] -> [..., d]: its layer outputs
+    RMS-normalised, with the final state, through `reduce`; d-wide features (the draft's
+    own outputs, or a draft without fused layers) pass unchanged."""
+    c = self.config
+    if features.shape[-1] == c.d_model:
+      return features
+    if features.shape[-1] != c.feature_size:
+      raise ValueError(f"features must be {c.d_model} or {c.feature_size} wide: {features.shape}")
+    *layers, final = jnp.split(features, len(c.feature_layers) + 1, axis=-1)
+    normed = [
+      x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + c.layer_norm_epsilon)
+      for x in layers
+    ]
+    return self.reduce(jnp.concatenate([*normed, final], axis=-1))
+
   def predict_features(self, tokens, features, positions, caches, end_index, allowed=None):
-    """tokens int32[batch, k] with the features before them [batch, k, d] at positions
-    int32[batch, k] -> (predicted features [batch, k, d], caches). allowed bool[batch, k,
-    capacity]: the cache entries each token sees (None: causal by position)."""
+    """tokens int32[batch, k] with the features before them [batch, k, d] (the draft's
+    own) or [batch, k, feature_size] (the target's) at positions int32[batch, k] ->
+    (predicted features [batch, k, d], caches). allowed bool[batch, k, capacity]: the
+    cache entries each token sees (None: causal by position)."""
     c = self.config
     x = lookup(self.embed, tokens, jnp.dtype(c.dtype))  # [batch, k, d]
+    features = self.reduced(features.astype(x.dtype))  # [batch, k, d]
     x = self.fuse(jnp.concatenate([x, features.astype(x.dtype)], axis=-1))
     if allowed is None:
       allowed = causal_mask(positions, caches[0][0].shape[1], c.sliding_window)
@@ -97,7 +124,7 @@ class FeatureDraftState(KVCache):
   """The layers' cache (`caches`: per layer keys and values [batch, capacity, kv_heads,
   head_dim]; `end_index` int32[batch]) and the draft's last output."""
 
-  last_feature: jax.Array  # float32[batch, d]: the draft's output at end_index - 1
+  last_feature: jax.Array  # float32[batch, d_model]: the draft's output at end_index - 1
 
 
 @struct.dataclass
@@ -114,7 +141,7 @@ class FeatureDraft:
     """Random parameters (tests, and the start of training)."""
     network = FeatureDraftNetwork(config)
     tokens = jnp.zeros((1, 1), jnp.int32)
-    features = jnp.zeros((1, 1, config.d_model), jnp.dtype(config.dtype))
+    features = jnp.zeros((1, 1, config.feature_size), jnp.dtype(config.dtype))
     caches = empty_caches(config, 1, 1)
     params = network.init(jax.random.key(seed), tokens, features, tokens, caches, tokens[:, 0])
     return cls(params=params["params"], config=config)
@@ -133,7 +160,8 @@ class FeatureDraft:
 
   @property
   def feature_size(self) -> int:
-    return self.config.d_model
+    """The width of the target features it reads (d_model, times the fused layers + 1)."""
+    return self.config.feature_size
 
   def _run(self, state: KVCache, tokens, features):
     """tokens int32[batch, k] with features [batch, k, d], written at each row's end ->
@@ -149,7 +177,7 @@ class FeatureDraft:
     return FeatureDraftState(
       caches=empty_caches(self.config, batch, capacity),
       end_index=jnp.zeros((batch,), jnp.int32),
-      last_feature=jnp.zeros((batch, self.feature_size), jnp.float32),
+      last_feature=jnp.zeros((batch, self.config.d_model), jnp.float32),
     )
 
   def init_state(
@@ -212,7 +240,7 @@ class FeatureDraft:
 
   def forward(self, tokens: jax.Array, features: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Whole sequences in one pass (training and parity): tokens int32[batch, length] with
-    the target's features of the same positions [batch, length, d] (feature j predicts
+    the target's features of the same positions [batch, length, feature_size] (feature j predicts
     token j + 1) -> (logits [batch, length, vocab], predicted features [batch, length, d]):
     position j's prediction of feature j from features < j and tokens <= j."""
     batch, length = tokens.shape
@@ -227,3 +255,18 @@ def feature_draft_config(target_config: DecoderOnlyConfig, output_vocab_size: in
   return dataclasses.replace(
     target_config, output_vocab_size=output_vocab_size, tie_word_embeddings=False, **settings
   )
+
+
+def with_fusion(draft: FeatureDraft, layers) -> FeatureDraft:
+  """`draft` (reading its target's final state alone) reading the outputs of the target's
+  `layers` too (EAGLE-3's fusion): `reduce` starts as the map that keeps the final state,
+  so the new draft proposes exactly what `draft` did until it is trained further."""
+  if draft.config.feature_layers:
+    raise ValueError(f"the draft fuses layers {draft.config.feature_layers} already")
+  config = draft.config.replace(feature_layers=tuple(layers))
+  if not config.feature_layers:
+    raise ValueError("give the target layers to fuse, e.g. (2, 15)")
+  d = config.d_model
+  kernel = jnp.zeros((config.feature_size, d), jnp.dtype(config.dtype))
+  kernel = kernel.at[-d:].set(jnp.eye(d, dtype=kernel.dtype))  # [d * (n + 1), d]
+  return FeatureDraft(params={**draft.params, "reduce": {"kernel": kernel}}, config=config)

@@ -40,7 +40,9 @@ FROZEN = ("embed", "output_embedding", "output_ids")  # parameters training leav
 @dataclasses.dataclass(frozen=True)
 class FeatureSequence:
   tokens: np.ndarray  # int32[N]: prompt + response
-  features: np.ndarray  # float16[N - 1, d]: the target's, position j's predicts token j + 1
+  # float16[N - 1, feature_size]: the target's (its fused layers' outputs, then the final
+  # state), position j's predicts token j + 1
+  features: np.ndarray
   prompt_length: int
   task: str
   temperature: float  # the response's sampling temperature (0: greedy)
@@ -72,7 +74,8 @@ def read_shards(directory: str) -> list[FeatureSequence]:
 @struct.dataclass
 class FeatureBatch:
   tokens: jax.Array  # int32[b, L]
-  features: jax.Array  # float32[b, L, d]: the target's feature at each position (0: unknown)
+  # float32[b, L, feature_size]: the target's features at each position (0: unknown)
+  features: jax.Array
   weights: jax.Array  # float32[b, L]: loss weight of each position (0: padding, unknown)
   next_tokens: jax.Array  # int32[b, L]: token j + 1 (-1 past the end), for agreement
 
@@ -161,15 +164,16 @@ def loss(
   config, params, batch: FeatureBatch, key, *, cls_weight: float, noise: float, steps: int = 1
 ):
   """The objective above, averaged over the weighted positions and the drafting steps."""
-  previous = previous_features(batch.features)
+  previous = previous_features(batch.features)  # [b, L, feature_size]
   if noise:
     previous = previous + jax.random.uniform(key, previous.shape, minval=-noise, maxval=noise)
-  target_logits = jnp.einsum("bld,kd->blk", batch.features, params["output_embedding"])
+  final = batch.features[..., -config.d_model :]  # [b, L, d]: the final-normed state
+  target_logits = jnp.einsum("bld,kd->blk", final, params["output_embedding"])
   target_probs = jax.nn.softmax(target_logits)
   total = 0.0
   for x, draft_logits in _predict(config, params, batch.tokens, previous, steps):
     cross_entropy = -jnp.sum(target_probs * jax.nn.log_softmax(draft_logits), axis=-1)  # [b, L]
-    error = jnp.abs(x - batch.features)
+    error = jnp.abs(x - final)
     smooth_l1 = jnp.mean(jnp.where(error < 1.0, 0.5 * error**2, error - 0.5), axis=-1)
     per_position = smooth_l1 + cls_weight * cross_entropy
     total += jnp.sum(per_position * batch.weights) / jnp.maximum(jnp.sum(batch.weights), 1.0)
@@ -293,13 +297,18 @@ def trainable_parameter_count(draft: FeatureDraft) -> int:
   )
 
 
-def draft_for_target(target, output_ids: np.ndarray, *, num_layers: int = 1, seed: int = 0):
+def draft_for_target(
+  target, output_ids: np.ndarray, *, num_layers: int = 1, seed: int = 0, feature_layers=()
+):
   """A new feature draft for a DecoderOnly target with a tied output layer: random fusing
-  map and layer(s) of the target's shape, the target's input embedding (shared) and its
-  output rows of the kept tokens `output_ids` int32[K]."""
+  map(s) and layer(s) of the target's shape, the target's input embedding (shared) and its
+  output rows of the kept tokens `output_ids` int32[K]; feature_layers: the target layers
+  it fuses with the final state (EAGLE-3)."""
   from specsample.models.feature_draft import feature_draft_config
 
-  config = feature_draft_config(target.config, len(output_ids), num_layers=num_layers)
+  config = feature_draft_config(
+    target.config, len(output_ids), num_layers=num_layers, feature_layers=tuple(feature_layers)
+  )
   draft = FeatureDraft.init_random(config, seed)
   embedding = target.params["embed"]["embedding"]
   ids = jnp.asarray(output_ids, jnp.int32)

@@ -145,6 +145,7 @@ def write_metrics(options: FeatureDraftOptions, draft, target, tokenizer) -> dic
               "reports": options.bench_reports.split(",")},
     "alpha_by_task": {"gamma": gamma, **by_task},
     "draft": {"num_layers": draft.config.num_layers, "d_model": draft.config.d_model,
+              "feature_layers": list(draft.config.feature_layers),
               "output_vocab_size": draft.config.output_vocab_size,
               "trainable_parameters": trainable_parameter_count(draft),
               "file_mb": round(os.path.getsize(os.path.join(directory, "model.safetensors"))
@@ -180,6 +181,18 @@ def commands_text(training: dict) -> str:
   if start:
     text += f", starting from the draft in `{start}`"
   return text + "; then the bench commands of docs/smollm2.md and `--stages card`."
+
+
+def fusion_text(draft: dict) -> str:
+  """The card's words for the target layers a draft fuses (EAGLE-3), before its layer."""
+  layers = draft.get("feature_layers") or []
+  if not layers:
+    return ""
+  width = draft["d_model"] * (len(layers) + 1)
+  names = ", ".join(str(i) for i in layers)
+  return (f"the target's feature: the outputs of its layers {names} (RMS-normalised) and "
+          f"its final state -> linear {width} -> {draft['d_model']} (inside a drafted block: "
+          "the draft's own output); ")  # fmt: skip
 
 
 def card_text(metrics: dict) -> str:
@@ -236,7 +249,7 @@ token; at temperature 1 the output is distributed exactly as the target's.
 
 | | draft |
 |---|---|
-| architecture | concat(token embedding, target feature before it) -> linear {2 * d["d_model"]} -> {d["d_model"]} -> {d["num_layers"]} decoder layer of the target's shape (9 heads / 3 KV heads, MLP 1536) -> the target's output rows of {d["output_vocab_size"]} kept tokens |
+| architecture | {fusion_text(d)}concat(token embedding, target feature before it) -> linear {2 * d["d_model"]} -> {d["d_model"]} -> {d["num_layers"]} decoder layer of the target's shape (9 heads / 3 KV heads, MLP 1536) -> the target's output rows of {d["output_vocab_size"]} kept tokens |
 | shared with the target (not stored) | its input embedding and its output rows (the tied embedding) |
 | output vocabulary | the {d["output_vocab_size"]} most frequent response tokens (+ special tokens); every other token gets probability 0, which verification keeps exact |
 | trainable parameters | {d["trainable_parameters"]:,} ({d["file_mb"]} MB float16) |

@@ -33,11 +33,13 @@ import numpy as np
 
 from specsample.data import chat_prompts
 from specsample.models import FeatureDraft
+from specsample.models.feature_draft import with_fusion
 from specsample.train import distill_features as df
 from specsample.train.optim import make_optimizer
 from specsample.train.resume import load_training_state, save_training_state
 from specsample.train.smollm2_data import (
   BUNDLE,
+  StageError,
   agreement_by_task,
   always_kept,
   generate_batches,
@@ -76,6 +78,10 @@ class FeatureDraftOptions:
   max_new_tokens: int = 128
   output_vocab: int = 8192
   layers: int = 1  # decoder layers of the draft
+  # the target layers (comma-separated indices) whose outputs the draft fuses with the
+  # final state (EAGLE-3), e.g. "2,15"; the shards must be generated with the same ("":
+  # the final state alone)
+  feature_layers: str = ""
   train_steps: int = 600
   train_minutes: float = 40.0
   tokens_per_batch: int = 4096
@@ -93,6 +99,15 @@ class FeatureDraftOptions:
   bench_prompts: str = os.path.join(BUNDLE, "prompts.jsonl")
   # report.json of the draft behind prompt lookup, then of the draft alone
   bench_reports: str = ",".join(BENCH_REPORTS)
+
+
+def feature_layers(options: FeatureDraftOptions) -> tuple[int, ...]:
+  """The target layers of `options.feature_layers` ("2,15" -> (2, 15))."""
+  text = options.feature_layers.strip()
+  try:
+    return tuple(int(part) for part in text.split(",")) if text else ()
+  except ValueError:
+    raise ValueError(f"--feature-layers {text!r}: give layer indices like 2,15") from None
 
 
 def command_line(options: FeatureDraftOptions) -> str:
@@ -202,14 +217,26 @@ def load_checkpoint(path: str, draft: FeatureDraft, settings: df.FeatureDistillS
 def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
   with open(os.path.join(options.work, "vocab.json")) as f:
     ids = np.asarray(json.load(f)["ids"], np.int32)
-  draft = df.draft_for_target(target, ids, num_layers=options.layers, seed=options.seed)
+  layers = feature_layers(options)
+  draft = df.draft_for_target(target, ids, num_layers=options.layers, seed=options.seed,
+                              feature_layers=layers)  # fmt: skip
   if options.init_from:  # continue from a trained draft (e.g. with more drafting steps)
     from specsample.checkpoints.feature_draft import load_feature_draft
 
     draft = load_feature_draft(options.init_from, target)
     log(f"train: starting from {options.init_from}")
+    if layers and not draft.config.feature_layers:  # it then reads them, same proposals
+      draft = with_fusion(draft, layers)
+      log(f"train: fusing the target's layers {layers} (starting as the draft read it)")
+    if draft.config.feature_layers != layers:
+      raise StageError(f"train: {options.init_from} fuses the target's layers "
+                       f"{draft.config.feature_layers}; --feature-layers: {layers}")  # fmt: skip
   path = os.path.join(options.work, "checkpoint.npz")
   train, validation = load_sequences(options.work)
+  if train and train[0].features.shape[-1] != draft.feature_size:
+    raise StageError(f"train: the shards hold features {train[0].features.shape[-1]} wide, the "
+                     f"draft reads {draft.feature_size}: generate them with the same "
+                     "--feature-layers")  # fmt: skip
   positions = sum(len(s.features) for s in train)
   responses = sum(len(s.tokens) - s.prompt_length for s in train)
   log(f"train: {len(train)} sequences ({positions} positions, {responses} response tokens), "
@@ -275,7 +302,7 @@ def stage_export(options: FeatureDraftOptions, draft: FeatureDraft) -> None:
 
 def run(options: FeatureDraftOptions) -> None:
   """Runs `options.stages` in order (smollm2_data.StageError: a stage cannot run)."""
-  from specsample.checkpoints.feature_draft import load_feature_draft
+  from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
   from specsample.train.smollm2_feature_card import write_card, write_metrics
 
   os.makedirs(options.work, exist_ok=True)
@@ -284,8 +311,8 @@ def run(options: FeatureDraftOptions) -> None:
   if "prompts" in stages:
     path = os.path.join(options.work, "train_prompts.jsonl")
     write_train_prompts(path, tokenizer, options.train_prompts, options.seed)
-  if "generate" in stages:
-    stage_generate(options, target, tokenizer)
+  if "generate" in stages:  # the features of the layers the draft will fuse too
+    stage_generate(options, target.with_feature_layers(feature_layers(options)), tokenizer)
   if "vocab" in stages:
     stage_vocab(options, tokenizer)
   draft = None
@@ -296,4 +323,5 @@ def run(options: FeatureDraftOptions) -> None:
     stage_export(options, draft)
   if "card" in stages:
     shipped = load_feature_draft(os.path.join(options.bundle, "feature_draft"), target)
+    target = feature_target(target, shipped)
     write_card(options, write_metrics(options, shipped, target, tokenizer))

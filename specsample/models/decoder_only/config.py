@@ -61,6 +61,11 @@ class DecoderOnlyConfig:
   mlp_activation: str = "silu"  # MLP_ACTIVATIONS
   # Attention logits times query_pre_attn_scalar^-0.5 (Gemma); None: head_dim^-0.5.
   query_pre_attn_scalar: float | None = None
+  # Feature-level drafts (EAGLE-3's fusion of low, middle and high layers): the layers
+  # (indices) whose outputs (the residual stream after them) join the final-normed hidden
+  # state in the features the model gives (a target) or reads (a feature draft), which are
+  # then [d_model * (len + 1)]: those outputs in this order, the final-normed state last.
+  feature_layers: tuple[int, ...] = ()
   eos_id: int | tuple[int, ...] | None = 2  # a tuple: each of these ends a sequence
   pad_id: int = 0
   dtype: str = "float32"
@@ -95,6 +100,11 @@ class DecoderOnlyConfig:
     object.__setattr__(self, "local_layers", tuple(int(i) for i in self.local_layers))
     if any(not 0 <= i < self.num_layers for i in self.local_layers):
       raise ValueError(f"local_layers {self.local_layers} outside 0..{self.num_layers - 1}")
+    object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
+    if list(self.feature_layers) != sorted(set(self.feature_layers)) or any(
+      i < 0 for i in self.feature_layers
+    ):  # a draft's are its target's layers: the target checks they exist
+      raise ValueError(f"feature_layers must be increasing indices, got {self.feature_layers}")
     if self.local_layers and (self.local_window is None or self.local_window < 1):
       raise ValueError(f"local_layers need local_window >= 1, got {self.local_window}")
     if self.mlp_activation not in MLP_ACTIVATIONS:
@@ -146,6 +156,11 @@ class DecoderOnlyConfig:
     if self.query_pre_attn_scalar is not None:
       return float(self.query_pre_attn_scalar) ** -0.5
     return self.head_dim**-0.5
+
+  @property
+  def feature_size(self) -> int:
+    """The width of the features (module doc of `feature_layers`)."""
+    return self.d_model * (len(self.feature_layers) + 1)
 
   def is_local(self, layer: int) -> bool:
     """Whether `layer` is a local (sliding-window) layer of a Gemma-style model."""

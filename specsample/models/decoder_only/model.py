@@ -90,16 +90,27 @@ class DecoderOnly:
     return logits, state.advance(num_valid)
 
   # Features: the final-normed hidden states, the output layer's input (what a
-  # feature-level draft, models.feature_draft, reads from its target).
+  # feature-level draft, models.feature_draft, reads from its target), after the outputs
+  # of config.feature_layers when it names any (EAGLE-3's low and middle layers).
 
   @property
   def feature_size(self) -> int:
-    return self.config.d_model
+    return self.config.feature_size
+
+  def with_feature_layers(self, layers) -> DecoderOnly:
+    """This model giving the outputs of `layers` (indices) before the final-normed state
+    in its features (what a draft that fuses them reads); the same weights."""
+    layers = tuple(int(i) for i in layers)
+    if any(not 0 <= i < self.config.num_layers for i in layers):
+      raise ValueError(
+        f"feature layers {layers}: this model has layers 0..{self.config.num_layers - 1}"
+      )
+    return self.replace(config=self.config.replace(feature_layers=layers))
 
   def init_state_with_features(
     self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
   ) -> tuple[DecoderOnlyState, jax.Array, jax.Array]:
-    """`init_state`, and the features of every prompt position [batch, length, d_model]
+    """`init_state`, and the features of every prompt position [batch, length, feature_size]
     (position j's predicts token j + 1; past a row's length - 2 they are padding)."""
     return self._prefill(prompts, prompt_lengths, num_new_positions, with_features=True)
 
@@ -107,7 +118,7 @@ class DecoderOnly:
     self, state: DecoderOnlyState, tokens: jax.Array, num_valid: jax.Array
   ) -> tuple[jax.Array, jax.Array, DecoderOnlyState]:
     """`extend`, and the features of the k positions: (logits [batch, k, vocab], features
-    [batch, k, d_model], state)."""
+    [batch, k, feature_size], state)."""
     logits, state, features = self._run(state, tokens, with_features=True)
     return logits, features, state.advance(num_valid)
 

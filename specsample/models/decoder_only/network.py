@@ -194,8 +194,9 @@ class DecoderOnlyNetwork(nn.Module):
     key_positions=None,
   ):  # fmt: skip
     """tokens, positions int32[batch, k] -> (logits float32[batch, k, vocab], caches), and
-    with_features the final-normed hidden states [batch, k, d_model] third (the output
-    layer's input: the features a feature-level draft reads).
+    with_features the features third: the final-normed hidden states [batch, k, d_model]
+    (the output layer's input: what a feature-level draft reads), after the outputs of
+    config.feature_layers when it names any ([batch, k, config.feature_size]).
 
     allowed bool[batch, k, capacity]: the cache entries each token sees (None: causal by
     position, within the sliding window if any). Local layers (config.local_layers) see
@@ -217,10 +218,12 @@ class DecoderOnlyNetwork(nn.Module):
     x = lookup(self.embed, tokens, jnp.dtype(c.dtype))
     if c.scale_embeddings:  # sqrt(d_model) in the model's dtype, as transformers' Gemma
       x = rounded(x * jnp.asarray(math.sqrt(c.d_model), jnp.float32).astype(x.dtype))
-    new_caches = []
+    new_caches, layer_outputs = [], []
     for layer, (block, cache) in enumerate(zip(self.blocks, caches, strict=True)):
       x, cache = block(x, positions, cache, end_index, *masks[c.is_local(layer)])
       new_caches.append(cache)
+      if with_features and layer in c.feature_layers:
+        layer_outputs.append(x)
     x = self.final_norm(x)
     if self.config.tie_word_embeddings:
       logits = dense_transposed(x, self.embed.embedding)
@@ -232,8 +235,8 @@ class DecoderOnlyNetwork(nn.Module):
       logits = self.lm_head(x)
     # float32 logits (float64 when the model computes in float64, for reference checks)
     logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
-    if with_features:
-      return logits, tuple(new_caches), x
+    if with_features:  # [batch, k, d_model * (len(feature_layers) + 1)]
+      return logits, tuple(new_caches), jnp.concatenate([*layer_outputs, x], axis=-1)
     return logits, tuple(new_caches)
 
 
