@@ -252,6 +252,11 @@ def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkey
   assert {s.features.shape[-1] for s in train} == {2 * TARGET.d_model}
   saved = load_feature_draft(os.path.join(bundle, "feature_draft"), target)
   assert saved.config.feature_layers == (0,) and saved.feature_size == 64
+  with open(os.path.join(bundle, "feature_draft", "metrics.json")) as f:
+    counted = json.load(f)["draft"]["trainable_parameters"]
+  assert (
+    counted == df.trainable_parameter_count(saved) == df.trainable_parameter_count(start) + 64 * 32
+  )  # the stored arrays: the fusing maps (reduce: [2 d, d]) and the layer
   with open(os.path.join(bundle, "feature_draft", "MODEL_CARD.md")) as f:
     card = f.read()
   assert "the outputs of its layers 0 (RMS-normalised) and its final state -> linear 64" in card

@@ -14,7 +14,6 @@ import numpy as np
 
 from specsample.core.sampling import SamplingConfig
 from specsample.data import chat_prompts
-from specsample.train.distill_features import trainable_parameter_count
 from specsample.train.smollm2_data import (
   StageError,
   best_point,
@@ -120,6 +119,17 @@ def training_facts(
   }  # fmt: skip
 
 
+def stored_parameter_count(directory: str) -> int:
+  """The trained parameters a feature draft's directory stores (all but `output_ids`),
+  counted as the float arrays they are (a draft loaded for 8-bit activations holds Q8_0
+  blocks, whose bytes are not its parameters)."""
+  from safetensors import safe_open
+
+  with safe_open(os.path.join(directory, "model.safetensors"), "np") as stored:
+    names = [name for name in stored.keys() if name != "output_ids"]  # noqa: SIM118
+    return sum(int(np.prod(stored.get_slice(name).get_shape())) for name in names)
+
+
 def write_metrics(options: FeatureDraftOptions, draft, target, tokenizer) -> dict:
   """bundle/feature_draft/metrics.json: the two bench reports (`bench_reports`), alpha by
   task on `bench_prompts` and the training facts. -> the metrics."""
@@ -147,7 +157,7 @@ def write_metrics(options: FeatureDraftOptions, draft, target, tokenizer) -> dic
     "draft": {"num_layers": draft.config.num_layers, "d_model": draft.config.d_model,
               "feature_layers": list(draft.config.feature_layers),
               "output_vocab_size": draft.config.output_vocab_size,
-              "trainable_parameters": trainable_parameter_count(draft),
+              "trainable_parameters": stored_parameter_count(directory),
               "file_mb": round(os.path.getsize(os.path.join(directory, "model.safetensors"))
                                / 2**20, 1)},
     **facts,
