@@ -95,7 +95,7 @@ class FeatureDraftNetwork(nn.Module):
     c = self.config
     x = lookup(self.embed, tokens, jnp.dtype(c.dtype))  # [batch, k, d]
     features = self.reduced(features.astype(x.dtype))  # [batch, k, d]
-    x = self.fuse(jnp.concatenate([x, features.astype(x.dtype)], axis=-1))
+    x = self.fuse(jnp.concatenate([x, features], axis=-1))
     if allowed is None:
       allowed = causal_mask(positions, caches[0][0].shape[1], c.sliding_window)
     new_caches = []
