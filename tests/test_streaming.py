@@ -275,6 +275,42 @@ def test_streamed_text_holds_back_split_characters():
   assert len(out.writes) > 2  # it streamed
 
 
+class SlowRecorder(Recorder):
+  """A terminal that takes 30 ms per write (a loaded machine's)."""
+
+  def write(self, text):
+    time.sleep(0.03)
+    super().write(text)
+
+
+def test_streamed_text_is_out_before_the_baseline_starts(monkeypatch):
+  """compare flushes the printed decode's stream when that call returns: with a terminal
+  slower than the decode, every streamed character is written before the baseline's first
+  call, and nothing after it."""
+  import specsample.cli.compare as compare_module
+
+  target = chain_model(CHAIN, vocab=10)
+  draft = noisy_copy(target, 3, scale=0.5)
+  out = SlowRecorder()
+  printer = StreamedText(ByteTokenizer(), out)
+  at_baseline: list[str] = []
+  baseline = compare_module.generate
+
+  def recorded(*args, **kwargs):
+    at_baseline.append("".join(out.writes))
+    return baseline(*args, **kwargs)
+
+  monkeypatch.setattr(compare_module, "generate", recorded)
+  settings = SpeculativeSettings.of(gamma=1, max_new_tokens=24, sampling=GREEDY)
+  comparison = compare_module.compare(target, draft, [[8]], settings, repeats=1, on_tokens=printer)
+  (tokens,) = comparison.speculative.sequences()
+  assert len(tokens) == 24 and at_baseline
+  assert at_baseline[0] == ByteTokenizer().decode(tokens)  # all of it, before the baseline
+  written = len(out.writes)
+  printer.finish(tokens)
+  assert out.writes[written:] == ["\n"]
+
+
 def read_terminal(argv: list[str], timeout: float = 600) -> tuple[int, str]:
   """Runs argv with stdout and stderr on a new pseudo-terminal; returns its exit code and
   everything written to the terminal, in order."""

@@ -17,11 +17,20 @@ timed). The baseline never streams.
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 from specsample.bench import time_calls
 from specsample.bench.timing import measured_speedup, seconds_per_token
 from specsample.decoding import GenerationOutput, SpeculativeSettings, generate, speculative_decode
-from specsample.decoding.streaming import OnTokens
+
+
+class StreamSink(Protocol):
+  """`on_tokens` of the printed decode, and `flush()`: returns once what it was given is
+  out (called when the streamed call returns, before anything else runs)."""
+
+  def __call__(self, row: int, tokens: list[int]) -> object: ...
+
+  def flush(self) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,21 +81,33 @@ def compare(
   repeats: int = 3,
   baseline: bool = True,
   prompt_lengths=None,
-  on_tokens: OnTokens | None = None,
+  on_tokens: StreamSink | None = None,
 ) -> Comparison:
   """Decodes `prompts` speculatively and (if `baseline`) autoregressively, timing both.
   speculate False: plain decoding only (`settings` give its length and sampling).
-  `on_tokens`: the first call of the printed decode streams its tokens to it."""
+  `on_tokens`: the first call of the printed decode streams its tokens to it, and its
+  text is flushed before that call returns (so before the baseline starts)."""
   sinks = iter([on_tokens] if on_tokens is not None else [])
 
-  def streamed():  # the first call's sink, then one that drops the tokens
-    return next(sinks, _drop) if on_tokens is not None else None
+  def streaming(decode):  # the first call streams to on_tokens and flushes it; later
+    # calls take a sink that drops the tokens (the same streaming program, timed)
+    def call():
+      if on_tokens is None:
+        return decode(None)
+      sink = next(sinks, _drop)
+      out = decode(sink)
+      if sink is on_tokens:
+        on_tokens.flush()
+      return out
 
-  def speculative():
-    return speculative_decode(
+    return call
+
+  speculative = streaming(
+    lambda sink: speculative_decode(
       target, draft, prompts, settings, seed=seed, prompt_lengths=prompt_lengths,
-      on_tokens=streamed(),
-    )  # fmt: skip
+      on_tokens=sink,
+    )
+  )  # fmt: skip
 
   def autoregressive():
     return generate(
@@ -99,12 +120,12 @@ def compare(
     )
 
   if not speculate:
-
-    def plain():
-      return generate(
+    plain = streaming(
+      lambda sink: generate(
         target, prompts, prompt_lengths=prompt_lengths, max_new_tokens=settings.max_new_tokens,
-        sampling=settings.sampling, seed=seed, on_tokens=streamed(),
-      )  # fmt: skip
+        sampling=settings.sampling, seed=seed, on_tokens=sink,
+      )
+    )  # fmt: skip
 
     (timing,), (out,) = time_calls([plain], repeats=repeats)
     return Comparison(

@@ -27,9 +27,11 @@ class StreamedText:
   A call only queues the tokens (the compiled loop waits for it; a slow terminal must not
   hold it up); a thread of its own decodes the row so far and writes what the text
   gained, so a character whose bytes span several tokens appears once it is whole (the
-  decoded text is held back while it ends in U+FFFD). `finish` waits for that thread and
-  writes the rest of the final text and the newline: the terminal then holds exactly the
-  text printed without streaming.
+  decoded text is held back while it ends in U+FFFD). `flush` waits until everything
+  queued so far is written (compare calls it when the streamed decode returns, so its text
+  is out before anything that follows); `finish` stops that thread and writes the rest of
+  the final text and the newline: the terminal then holds exactly the text printed
+  without streaming.
   """
 
   def __init__(self, tokenizer, out):
@@ -44,14 +46,33 @@ class StreamedText:
     self._queue.put(tokens)
 
   def _print(self) -> None:
-    while (tokens := self._queue.get()) is not None:
-      self.tokens += tokens
+    """Takes what is queued (token lists; an Event: set once what came before it is
+    written; None: stop), decoding once per batch of what came meanwhile."""
+    done = False
+    while not done:
+      items = [self._queue.get()]
       while not self._queue.empty():  # catch up on what came meanwhile: one decode
-        if (more := self._queue.get()) is None:
-          self._queue.put(None)
-          break
-        self.tokens += more
-      self._write(self.tokenizer.decode(self.tokens).rstrip("\ufffd"))
+        items.append(self._queue.get())
+      written: list[threading.Event] = []
+      grown = False
+      for item in items:
+        if item is None:
+          done = True
+        elif isinstance(item, threading.Event):
+          written.append(item)
+        else:
+          self.tokens += item
+          grown = True
+      if grown:
+        self._write(self.tokenizer.decode(self.tokens).rstrip("\ufffd"))
+      for event in written:
+        event.set()
+
+  def flush(self) -> None:
+    """Returns once every token queued before this call is written to `out`."""
+    written = threading.Event()
+    self._queue.put(written)
+    written.wait()
 
   def _write(self, text: str) -> None:
     if len(text) > len(self.printed) and text.startswith(self.printed):
