@@ -101,6 +101,36 @@ def test_kernel_equals_the_numpy_reference_bit_for_bit(format, integer_isa):
   assert (np.abs(reference - exact) / scale).max() < 0.02
 
 
+# Byte offsets of each block's float16 scales (set to small finite numbers); every other
+# byte 0xFF: every weight at its largest stored value (nibbles 15, Q5_0's 31, Q6_K's 63),
+# Q8_0's at -1, or 0x80 bytes: -128, the largest magnitude.
+SCALE_OFFSETS = {
+  "q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q4_k": (0, 2), "q6_k": (208,),
+}  # fmt: skip
+
+
+@requires_kernel
+@pytest.mark.parametrize("format", list(FORMATS))
+@pytest.mark.parametrize("fill", [0xFF, 0x80])
+def test_integer_sums_at_their_limits(format, fill):
+  # Every weight at its extreme stored value against activations all +-127: the largest
+  # integer sums a block can have, which the kernels' narrow (16-bit) partial sums must
+  # hold without saturating: equal to the NumPy reference bit for bit.
+  per_row = 2 if format.endswith("_k") else 4
+  raw = np.full((20, per_row, int8_blocks.BLOCK_BYTES[format]), fill, np.uint8)
+  for offset in SCALE_OFFSETS[format]:
+    raw[..., offset : offset + 2] = np.array([0.01], np.float16).view(np.uint8)
+  raw = raw.reshape(20, -1)
+  packed = int8_blocks.from_gguf_blocks(raw, format)
+  d = per_row * int8_blocks.BLOCK_WEIGHTS[format]
+  signs = np.where(np.arange(d) % 2 == 0, 1.0, -1.0)
+  x = np.stack([np.ones(d), -np.ones(d), signs, -signs]).astype(np.float32)  # q = +-127
+  y = jax.jit(int8_blocks.matmul)(x, packed)
+  reference = int8_blocks.reference_matmul(x, np.asarray(packed.packed), format, 20)
+  np.testing.assert_array_equal(y, reference)
+  assert np.abs(reference).max() > 0
+
+
 @requires_kernel
 @pytest.mark.parametrize("format", list(FORMATS))
 def test_every_instruction_set_computes_the_same_numbers(format):

@@ -128,6 +128,7 @@ struct Int512Vnni {
     return acc;
   }
   static constexpr bool kSignedQ8 = false;  // Q8_0 goes through Dot (with the offset 128)
+  static constexpr bool kPairSums = false;  // the multiply-adds sum into int32 directly
   OP V DotSigned(V acc, V w, const int8_t* x4) { return Dot(acc, w, x4); }
   // Adds 16 to the bytes whose bit is set in `bits` (bit 4t + i: byte i of row t).
   OP V AddSixteen(V v, uint64_t bits, int) {
@@ -271,6 +272,7 @@ struct Int256Vnni : Int256Base {
     return _mm256_dpbusd_avx_epi32(acc, w, Broadcast4(x4));
   }
   static constexpr bool kSignedQ8 = false;
+  static constexpr bool kPairSums = false;
   SPECSAMPLE_INT_OP("avx2,fma,f16c,avxvnni") V DotSigned(V acc, V w, const int8_t* x4) {
     return Dot(acc, w, x4);
   }
@@ -288,6 +290,27 @@ struct Int256Madd : Int256Base {
     const V signed_w = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));
     const V x = _mm256_sign_epi8(Broadcast4(x4), signed_w);
     return MaddDot(acc, _mm256_abs_epi8(signed_w), x);
+  }
+  // Pair sums (int16) of several chunks added before they are widened to int32: one
+  // vpmaddwd per run of chunks instead of one per chunk. Exact while a run's sums fit in
+  // int16 (BlockSum says how many chunks a format's weights allow).
+  static constexpr bool kPairSums = true;
+  SPECSAMPLE_INT_OP("avx2,fma,f16c") V Pairs(V w, const int8_t* x4) {
+    return _mm256_maddubs_epi16(w, Broadcast4(x4));
+  }
+  SPECSAMPLE_INT_OP("avx2,fma,f16c") V AddPairs(V a, V b) { return _mm256_add_epi16(a, b); }
+  SPECSAMPLE_INT_OP("avx2,fma,f16c") V Widen(V acc, V pairs) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+  // Q8_0's stored u8 = q + 128 as the signed q, and |q| (made once per block, not per row).
+  SPECSAMPLE_INT_OP("avx2,fma,f16c") V Signed(V w) {
+    return _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+  SPECSAMPLE_INT_OP("avx2,fma,f16c") V Magnitude(V signed_w) { return _mm256_abs_epi8(signed_w); }
+  // acc + the sums of 4 products q x (|q| times x with q's sign, as DotSigned).
+  SPECSAMPLE_INT_OP("avx2,fma,f16c") V DotSignedParts(V acc, V signed_w, V magnitude,
+                                                      const int8_t* x4) {
+    return MaddDot(acc, magnitude, _mm256_sign_epi8(Broadcast4(x4), signed_w));
   }
 };
 #undef SPECSAMPLE_INT_OP

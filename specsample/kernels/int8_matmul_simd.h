@@ -37,11 +37,14 @@ constexpr int64_t CorrectionOffset() {
 template <Packed P>
 struct Unpacked {
   IVec u[8];
+  IVec magnitude[8];  // Q8_0 taken signed (IV::kSignedQ8): u holds q, magnitude |q|
   FVec scale, minimum;
   IVec scale_a, scale_b;  // Q6_K
 };
 
-template <Packed P>
+// (I = IV: a dependent name, so that a set without the pair-sum helpers compiles the
+// branches it does not take.)
+template <Packed P, typename I = IV>
 SPECSAMPLE_INT8 __attribute__((always_inline)) inline void Unpack(const uint8_t* group,
                                                                    int64_t b, int half,
                                                                    Unpacked<P>& out) {
@@ -49,6 +52,12 @@ SPECSAMPLE_INT8 __attribute__((always_inline)) inline void Unpack(const uint8_t*
   if constexpr (P == Packed::kQ8_0) {
     const uint8_t* blk = group + b * Layout::kBytes;
     for (int c = 0; c < 8; ++c) out.u[c] = IV::Load(blk + kChunkBytes * c, half);
+    if constexpr (I::kSignedQ8 && I::kPairSums) {
+      for (int c = 0; c < 8; ++c) {
+        out.u[c] = I::Signed(out.u[c]);
+        out.magnitude[c] = I::Magnitude(out.u[c]);
+      }
+    }
     out.scale = IV::Halves(blk + 512, half);
   } else if constexpr (P == Packed::kQ4_0 || P == Packed::kQ4_1 || P == Packed::kQ5_0) {
     const uint8_t* blk = group + b * Layout::kBytes;
@@ -100,29 +109,74 @@ SPECSAMPLE_INT8 __attribute__((always_inline)) inline void Unpack(const uint8_t*
   }
 }
 
+// How many chunks' pair sums (int16: two products u8 x s8, |x| <= 127) may be added before
+// they are widened: a run's sum must stay within int16 (32767). 4-bit weights (<= 15): a
+// pair <= 3810, all 8 chunks; Q5_0 (<= 31): 7874, 4; Q6_K (<= 63): 16002, 2.
+template <Packed P>
+constexpr int PairRun() {
+  return P == Packed::kQ5_0 ? 4 : P == Packed::kQ6_K ? 2 : 8;
+}
+
+// The int16 pair sums of chunks first .. first + count - 1 (chunk c: weights 4c..4c+3 of
+// each row, against x's numbers xq[4c..4c+3]).
+template <Packed P, typename I>
+SPECSAMPLE_INT8 __attribute__((always_inline)) inline IVec PairsOf(const Unpacked<P>& w,
+                                                                  const int8_t* xq, int first,
+                                                                  int count) {
+  IVec pairs = I::Pairs(w.u[first], xq + 4 * first);
+  for (int c = first + 1; c < first + count; ++c) {
+    pairs = I::AddPairs(pairs, I::Pairs(w.u[c], xq + 4 * c));
+  }
+  return pairs;
+}
+
 // The block's integer sums of one row of x (xq: its 32 quantized numbers, s16 the sums of
 // its halves) against every lane's row of W. Two accumulators (weights 0..15, 16..31)
-// halve the chain of dependent multiply-adds; integer sums are exact in any order.
-template <Packed P>
+// halve the chain of dependent multiply-adds; integer sums are exact in any order, so
+// every way of adding them below gives the same numbers.
+template <Packed P, typename I = IV>
 SPECSAMPLE_INT8 __attribute__((always_inline)) inline IVec BlockSum(const Unpacked<P>& w,
                                                                    const int8_t* xq,
                                                                    const int32_t* s16) {
   constexpr int32_t kOffset = static_cast<int32_t>(CorrectionOffset<P>());
   IVec a = IV::Set1(-kOffset * s16[0]);
   IVec b = IV::Set1(-kOffset * s16[1]);
-  for (int c = 0; c < 4; ++c) {
-    if constexpr (P == Packed::kQ8_0) {
-      a = IV::DotSigned(a, w.u[c], xq + 4 * c);
-      b = IV::DotSigned(b, w.u[4 + c], xq + 16 + 4 * c);
-    } else {
-      a = IV::Dot(a, w.u[c], xq + 4 * c);
-      b = IV::Dot(b, w.u[4 + c], xq + 16 + 4 * c);
+  if constexpr (I::kPairSums && P == Packed::kQ8_0) {  // signed, |q| made per block
+    for (int c = 0; c < 4; ++c) {
+      a = I::DotSignedParts(a, w.u[c], w.magnitude[c], xq + 4 * c);
+      b = I::DotSignedParts(b, w.u[4 + c], w.magnitude[4 + c], xq + 16 + 4 * c);
     }
-  }
-  if constexpr (P == Packed::kQ6_K) {  // each group of 16 times its int8 scale
-    return IV::Add(IV::MulLo(a, w.scale_a), IV::MulLo(b, w.scale_b));
+    return I::Add(a, b);
+  } else if constexpr (I::kPairSums) {
+    constexpr int kRun = PairRun<P>();
+    if constexpr (kRun == 8) {  // both halves' chunks in one run
+      return I::Widen(I::Add(a, b), PairsOf<P, I>(w, xq, 0, 8));
+    } else {
+      for (int c0 = 0; c0 < 4; c0 += kRun) {
+        a = I::Widen(a, PairsOf<P, I>(w, xq, c0, kRun));
+        b = I::Widen(b, PairsOf<P, I>(w, xq, 4 + c0, kRun));
+      }
+      if constexpr (P == Packed::kQ6_K) {  // each group of 16 times its int8 scale
+        return I::Add(I::MulLo(a, w.scale_a), I::MulLo(b, w.scale_b));
+      } else {
+        return I::Add(a, b);
+      }
+    }
   } else {
-    return IV::Add(a, b);
+    for (int c = 0; c < 4; ++c) {
+      if constexpr (P == Packed::kQ8_0) {
+        a = IV::DotSigned(a, w.u[c], xq + 4 * c);
+        b = IV::DotSigned(b, w.u[4 + c], xq + 16 + 4 * c);
+      } else {
+        a = IV::Dot(a, w.u[c], xq + 4 * c);
+        b = IV::Dot(b, w.u[4 + c], xq + 16 + 4 * c);
+      }
+    }
+    if constexpr (P == Packed::kQ6_K) {  // each group of 16 times its int8 scale
+      return IV::Add(IV::MulLo(a, w.scale_a), IV::MulLo(b, w.scale_b));
+    } else {
+      return IV::Add(a, b);
+    }
   }
 }
 
