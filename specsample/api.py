@@ -49,10 +49,12 @@ def speculative_generate(
     draft: the cheaper model that proposes tokens; same vocabulary as the target.
     prompts: int[batch, prompt_length] (with optional `prompt_lengths`), or a list of
       token lists of any lengths.
-    gamma: draft tokens proposed per iteration (static), 1..64; or "auto": measure
-      alpha, c and r on these prompts on this machine and take the gamma the speedup
-      model prefers (`specsample.bench.tune_gamma`); where no gamma is predicted to pay
-      by a margin (`GammaChoice.pays`: batches, a weak draft), the batch is decoded
+    gamma: draft tokens proposed per iteration (static), 1..64; or "auto": alpha from
+      a probe run on at most 4 of these prompts, c and r measured on them on this
+      machine, and the gamma the speedup model prefers (`specsample.bench.tune_gamma`;
+      pass its `pair_id` there to keep c and r between calls); where no gamma is
+      predicted to pay by a margin (`GammaChoice.pays`: 1.15x for one prompt, 1.4x for
+      a batch; a weak draft, a slow verify call), the batch is decoded
       plainly and `output.stats.gamma` is 0 (not with trace, adaptive or tree). That
       costs a probe run and a few compilations per call: when decoding many batches,
       tune once and pass the number. The gamma used is `output.stats.gamma`.

@@ -56,6 +56,7 @@ class Pair:
   title: str  # e.g. "SmolLM2-135M-Instruct + bundled:feature draft behind prompt lookup"
   bundled: bool  # the draft is one of the bundled SmolLM2 drafts
   draft_in_blocks: bool = False  # a token-level draft's matrices kept in Q8_0 blocks
+  id: str = ""  # names the pair and its arithmetic (step costs are kept per machine and id)
 
   def notes(self) -> list[str]:
     """What was chosen automatically, in a line each (the command line's stderr)."""
@@ -207,6 +208,15 @@ def load_pair(
     title += f" ({weights} weights)"
   if isinstance(draft_model, LookupThenModel):
     title += " behind prompt lookup"
+  named = draft_spec.startswith(("bundled:", "ngram"))
+  pair_id = " ".join([
+    f"target {checkpoint_id(target_path)}",
+    f"draft {draft_spec if named else checkpoint_id(draft_spec)}",
+    f"lookup {isinstance(draft_model, LookupThenModel)}",
+    f"weights {weights} activations {activations} dtype {dtype} q8_0 draft {in_blocks}",
+  ])  # fmt: skip
+  if is_bundled:  # the bundled draft's files, which a new release may change
+    pair_id += f" bundle {checkpoint_id(str(bundled.smollm2_draft_dir(kind)))}"
   return Pair(
     target=target_model,
     draft=draft_model,
@@ -217,7 +227,23 @@ def load_pair(
     title=title,
     bundled=is_bundled,
     draft_in_blocks=in_blocks,
+    id=pair_id,
   )
+
+
+def checkpoint_id(path: str) -> str:
+  """A checkpoint's path with its size and modification time (a directory's: of the
+  files in it), or the text as given (a hub id)."""
+  if not os.path.exists(path):
+    return path
+  files = [path] if os.path.isfile(path) else sorted(
+    os.path.join(path, name) for name in os.listdir(path)
+    if os.path.isfile(os.path.join(path, name))
+  )  # fmt: skip
+  stats = [os.stat(name) for name in files]
+  size = sum(stat.st_size for stat in stats)
+  modified = max((int(stat.st_mtime) for stat in stats), default=0)
+  return f"{os.path.abspath(path)} ({size} bytes, modified {modified})"
 
 
 def load_draft(

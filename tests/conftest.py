@@ -27,6 +27,15 @@ if not os.environ.get(TENSORFLOW_SESSION):
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
+@pytest.fixture(autouse=True)
+def step_cost_cache(tmp_path_factory, monkeypatch):
+  """gamma="auto" keeps measured step costs in the user's cache directory: in tests, a
+  directory of the test's own (subprocesses inherit it), never the home directory."""
+  directory = tmp_path_factory.mktemp("step_costs")
+  monkeypatch.setenv("SPECSAMPLE_CACHE_DIR", str(directory))
+  return directory
+
+
 @pytest.fixture(autouse=True, scope="module")
 def release_compiled_programs():
   """Drops every compiled program after each test module. On CPU each program's machine

@@ -196,7 +196,7 @@ def test_generate_with_a_decoder_only_pair_and_the_chat_template(tmp_path, capsy
   argv = [
     "generate", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
     "--tokenizer", GGUF, "What is 2 + 2?", "--max-new-tokens", "12", "--repeats", "1",
-    "--trace", str(trace),
+    "--gamma", "3", "--trace", str(trace),
   ]  # fmt: skip
   code, err, out = run(argv, capsys)
   assert code == 0, err
@@ -222,6 +222,7 @@ def test_generate_takes_the_weight_format_the_checkpoint_stores(tmp_path, capsys
   argv = [
     "generate", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
     "--tokenizer", GGUF, "Count: 1 2 3 1 2 3", "--max-new-tokens", "10", "--repeats", "1",
+    "--gamma", "3",
   ]  # fmt: skip
   code, err, _ = run(argv, capsys)
   assert code == 0, err
@@ -252,6 +253,7 @@ def test_generate_with_a_feature_draft_directory(tmp_path, capsys):
   argv = [
     "generate", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "feature"),
     "--tokenizer", GGUF, "Repeat: a b a b a b", "--max-new-tokens", "10", "--repeats", "1",
+    "--gamma", "3",
   ]  # fmt: skip
   for lookup in ("--no-prompt-lookup", "--prompt-lookup"):
     code, err, _ = run([*argv, lookup], capsys)

@@ -104,7 +104,8 @@ def test_generate_with_bfloat16_weights_stays_greedy_identical(bundle, capsys):
       "generate",
       "--target", str(bundle / "target"), "--draft", str(bundle / "draft"),
       "--vocab", str(bundle / "spiece.model"), "--prefix", bundled.TASK_PREFIX,
-      "--weights", "bfloat16", "--max-new-tokens", "10", "--repeats", "1", "Open file",
+      "--weights", "bfloat16", "--max-new-tokens", "10", "--repeats", "1", "--gamma", "2",
+      "Open file",
     ]
   )  # fmt: skip
   assert code == 0

@@ -220,7 +220,10 @@ def run_generate(args) -> int:
   lengths = None
   if args.mesh:
     target, draft, prompts, lengths = shard(target, draft, prompts, args)
-  gamma = tuned_gamma(target, draft, prompts, args, default=pair.gamma, prompt_lengths=lengths)
+  gamma = tuned_gamma(
+    target, draft, prompts, args, default=pair.gamma, prompt_lengths=lengths,
+    pair_id=pair.id, auto_for_one=not args.mesh,
+  )  # fmt: skip
   settings = speculative_settings(args, gamma)
   streamed = text_stream(texts, pair.tokenizer, args)
   comparison = compare(

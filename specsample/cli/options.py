@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+import time
 
 from specsample.core import SamplingConfig
 from specsample.decoding import SpeculativeSettings
@@ -161,8 +162,16 @@ def add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -
     "--gamma",
     type=gamma_value,
     default=None,
-    help=f'draft tokens per iteration (1..{MAX_GAMMA}), or "auto" (measure alpha, c, r here '
-    "and pick the best; default: the pair's recommended gamma, else 4)",
+    help=f'draft tokens per iteration (1..{MAX_GAMMA}), or "auto": alpha from a probe of a few '
+    "of the prompts, c and r measured on this machine (kept for the next runs), the best "
+    "gamma, or plain decoding where none is predicted to pay (default: auto for generate's "
+    "decoder-only pairs and for batches; else the pair's recommended gamma)",
+  )
+  group.add_argument(
+    "--recalibrate",
+    action="store_true",
+    help="with gamma auto: measure this machine's step costs for the pair again (they are "
+    "kept in the user's cache directory, $SPECSAMPLE_CACHE_DIR or ~/.cache/specsample)",
   )
   group.add_argument("--temperature", type=temperature_value, default=0.0, help="0 = greedy")
   group.add_argument("--top-k", type=top_k_value, default=0, help="0 = off")
@@ -236,18 +245,32 @@ def check_decoding_options(args) -> None:
   speculative_settings(args, gamma)
 
 
-def tuned_gamma(target, draft, prompts, args, *, default: int, prompt_lengths=None) -> int | None:
-  """--gamma: the number given; without one, `default` for one prompt and "auto" for a
-  batch; with "auto" the gamma tuned on these prompts (measured once, before the timed
-  runs; said on stderr), or None where no gamma is predicted to pay (decode plainly)."""
+def tuned_gamma(
+  target,
+  draft,
+  prompts,
+  args,
+  *,
+  default: int,
+  prompt_lengths=None,
+  pair_id: str | None = None,
+  auto_for_one: bool = False,
+) -> int | None:
+  """--gamma: the number given; without one, "auto" for a batch (and for one prompt with
+  `auto_for_one`), else `default`, and `default` with --trace, --tree or --adaptive; with
+  "auto" the gamma tuned here (bench.tuning: a probe of a few prompts, the step costs of
+  this machine, kept per `pair_id`; said on stderr), or None where no gamma is predicted to
+  pay (decode plainly)."""
   gamma = args.gamma
   if gamma is None:
     speculative_only = getattr(args, "tree", None) or getattr(args, "adaptive", None)
-    gamma = "auto" if len(prompts) > 1 and not (args.trace or speculative_only) else default
+    batch = len(prompts) > 1 or auto_for_one
+    gamma = "auto" if batch and not (args.trace or speculative_only) else default
   if gamma != "auto":
     return gamma
-  from specsample.bench.tuning import MIN_PREDICTED_SPEEDUP, tune_gamma
+  from specsample.bench.tuning import tune_gamma
 
+  started = time.perf_counter()
   choice = tune_gamma(
     target,
     draft,
@@ -256,18 +279,15 @@ def tuned_gamma(target, draft, prompts, args, *, default: int, prompt_lengths=No
     verification=args.verification,
     seed=args.seed,
     prompt_lengths=prompt_lengths,
+    pair_id=pair_id,
+    recalibrate=getattr(args, "recalibrate", False),
   )
-  predicted = ", ".join(f"{g}: {s:.2f}x" for g, s in choice.predicted_speedup.items())
-  print(
-    f"gamma auto -> {choice.gamma} (alpha {choice.alpha:.2f}, c {choice.c:.3f}, "
-    f"r({choice.gamma + 1}) {choice.r[choice.gamma]:.2f}; predicted speedup by gamma {predicted})",
-    file=sys.stderr,
-  )
+  print(f"{choice.summary()} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
   if not choice.pays and not args.trace:
     print(
-      f"speculation is not predicted to pay for this batch (best {choice.gamma}: "
-      f"{choice.predicted_speedup[choice.gamma]:.2f}x, below "
-      f"{MIN_PREDICTED_SPEEDUP}x): decoding plainly",
+      f"speculation is not predicted to pay here (best gamma {choice.gamma}: "
+      f"{choice.predicted_speedup[choice.gamma]:.2f}x, below {choice.threshold:.2f}x): "
+      "decoding plainly",
       file=sys.stderr,
     )
     return None
