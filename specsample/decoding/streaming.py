@@ -29,12 +29,14 @@ turns any decoding call that takes `on_tokens` into an iterator of (row, token i
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import itertools
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -161,10 +163,14 @@ class TokenStream:
   in a worker thread when iteration starts; each item is one row's newly kept tokens
   (a list of ints). Once it is exhausted, `output` holds the call's result (the
   GenerationOutput); an error of the call is raised by the iteration. Leaving the loop
-  early (`break`, `close()`) stops the decode at its next iteration.
+  early (`break`, `close()`) stops the decode at its next iteration. A stream still open
+  when the interpreter exits is closed first (its decode stopped and waited for): a
+  compiled loop must not be running while the interpreter tears JAX down, which aborts
+  the process.
   """
 
   _DONE = object()
+  _live: weakref.WeakSet = weakref.WeakSet()  # the streams iterated and not closed yet
 
   def __init__(self, decode: Callable[..., Any], *args, **kwargs):
     self._decode, self._args, self._kwargs = decode, args, kwargs
@@ -192,6 +198,7 @@ class TokenStream:
     if self._thread is not None:
       raise RuntimeError("a TokenStream can be iterated once")
     self._thread = threading.Thread(target=self._run, name="specsample-stream", daemon=True)
+    self._live.add(self)
     self._thread.start()
     try:
       while True:
@@ -208,8 +215,19 @@ class TokenStream:
   def close(self) -> None:
     """Stops the decode at its next iteration (if still running) and waits for it."""
     self._closed.set()
-    if self._thread is not None:
-      self._thread.join()
+    thread = self._thread
+    if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+      thread.join()
+    self._live.discard(self)  # (a class attribute: still there at the interpreter's exit)
+
+
+@atexit.register
+def _close_live_streams() -> None:
+  """At exit, before JAX's own clean-up (registered earlier, so run later): every stream
+  whose decode may still run is closed."""
+  for token_stream in list(TokenStream._live):
+    with contextlib.suppress(Exception):
+      token_stream.close()
 
 
 def stream(decode: Callable[..., Any], *args, **kwargs) -> TokenStream:
