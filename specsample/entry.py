@@ -1,4 +1,5 @@
-"""The `specsample` command's entry point: Ctrl-C answered from the first moment.
+"""The `specsample` command's entry point: Ctrl-C (SIGTERM, SIGHUP) answered from the first
+moment.
 
 Importing the command line (JAX, XLA, the models) takes a few seconds. A SIGINT then
 would print Python's traceback; here it ends the process with one line and exit status
@@ -14,21 +15,31 @@ import signal
 import sys
 import threading
 
+# What each signal prints after "specsample: " (as specsample.cli.interrupt.SIGNALS).
+_LINES = {
+  signal.SIGINT: "interrupted",
+  signal.SIGTERM: "terminated (SIGTERM)",
+  signal.SIGHUP: "hung up (SIGHUP)",
+}
+
 
 def _interrupted_while_starting(signum, frame) -> None:
-  sys.stderr.write("specsample: interrupted\n")
+  sys.stderr.write(f"specsample: {_LINES[signum]}\n")
   sys.stderr.flush()
-  os._exit(130)
+  os._exit(128 + signum)
 
 
 def answer_interrupts_while_starting() -> None:
-  """SIGINT ends the process with one line and status 130 (not off the main thread, nor
-  where SIGINT is ignored or handled by the caller already)."""
-  if (
-    threading.current_thread() is threading.main_thread()
-    and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-  ):
+  """SIGINT, SIGTERM and SIGHUP end the process with one line and status 128 + the signal
+  (not off the main thread, nor where a signal is ignored or handled by the caller
+  already)."""
+  if threading.current_thread() is not threading.main_thread():
+    return
+  if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
+  for signum in (signal.SIGTERM, signal.SIGHUP):
+    if signal.getsignal(signum) is signal.SIG_DFL:
+      signal.signal(signum, _interrupted_while_starting)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -295,6 +295,53 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(seconds, tmp_path):
   assert not list(tmp_path.iterdir())  # no core file, no output
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  "name, line", [("SIGTERM", "terminated (SIGTERM)"), ("SIGHUP", "hung up (SIGHUP)")]
+)
+@pytest.mark.parametrize("seconds", [0.3, 4.0])
+def test_sigterm_and_sighup_are_answered_as_ctrl_c(name, line, seconds, tmp_path):
+  """`kill` and a closed terminal, while loading and while compiling or decoding: one
+  line, exit status 128 + the signal, and the trace file the run created is gone."""
+  signum = getattr(signal, name)
+  args = ["translate", "Could not open file %s", "--repeats", "100000", "--trace", "t.html"]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONFAULTHANDLER": "1"}
+  process = subprocess.Popen(
+    [sys.executable, "-c", COMMAND, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE, text=True,
+  )  # fmt: skip
+  try:
+    assert process.stdout.readline() == "imported\n"
+    time.sleep(seconds)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 128 + signum, (process.returncode, err[-3000:])
+  assert err.strip().splitlines() == [f"specsample translate: {line}"], err[-3000:]
+  assert not list(tmp_path.iterdir())  # no trace file, no core file
+
+
+def test_sigterm_while_the_command_is_still_importing_exits_143_with_one_line(tmp_path):
+  command = (
+    "import sys; from specsample import entry; entry.answer_interrupts_while_starting(); "
+    "print('ready', flush=True); sys.exit(entry.main())"
+  )
+  process = subprocess.Popen(
+    [sys.executable, "-c", command, "translate", "Could not open file %s"], cwd=tmp_path,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    text=True,
+  )  # fmt: skip
+  try:
+    assert process.stdout.readline() == "ready\n"
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 143, (process.returncode, err[-3000:])
+  assert err.strip().splitlines() == ["specsample: terminated (SIGTERM)"], err[-3000:]
+
+
 def test_ctrl_c_while_the_command_is_still_importing_exits_130_with_one_line(tmp_path):
   """The console script's entry point (specsample.entry) answers SIGINT before importing
   JAX and the command line, which takes seconds: no traceback there either."""
@@ -317,3 +364,17 @@ def test_ctrl_c_while_the_command_is_still_importing_exits_130_with_one_line(tmp
   assert process.returncode == 130, (process.returncode, err[-3000:])
   assert err.strip().splitlines() == ["specsample: interrupted"], err[-3000:]
   assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", [["translate", "Open file"], ["demo"]])
+def test_closed_standard_output_is_one_line(command):
+  """`specsample ... >&-`: Python starts without sys.stdout; said in one line, status 2,
+  before anything loads (not "'NoneType' object has no attribute 'isatty'")."""
+  done = subprocess.run(
+    [sys.executable, "-m", "specsample.cli", *command], stderr=subprocess.PIPE, text=True,
+    preexec_fn=lambda: os.close(1), timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+  )  # fmt: skip
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert done.stderr.strip().splitlines() == [
+    f"specsample {command[0]}: standard output is closed: there is nowhere to write the results"
+  ]

@@ -1,5 +1,6 @@
-"""Ctrl-C for the `specsample` command: one line on stderr and exit status 130, at any
-moment (loading, compiling, decoding, writing).
+"""Ctrl-C (and SIGTERM, SIGHUP) for the `specsample` command: one line on stderr and exit
+status 128 + the signal's number (130, 143, 129), at any moment (loading, compiling,
+decoding, writing), what the run created removed.
 
 A KeyboardInterrupt cannot promise that, for two reasons:
 
@@ -11,10 +12,12 @@ A KeyboardInterrupt cannot promise that, for two reasons:
     then the MLIR module goes) frees what the compilation still reads: the process dies of
     a segmentation fault (exit status 139) after printing "interrupted".
 
-So while the command runs, SIGINT's Python handler does nothing and a thread of our own
-waits for the signal (`signal.set_wakeup_fd`); it removes the outputs the run created,
-prints the one line, flushes stdout and stderr and ends the process with `os._exit(130)`,
-without a teardown that races XLA's threads.
+So while the command runs, the signals' Python handlers do nothing and a thread of our own
+waits for them (`signal.set_wakeup_fd`); it removes the outputs the run created, prints
+the one line, flushes stdout and stderr and ends the process with `os._exit(128 + signal)`,
+without a teardown that races XLA's threads. SIGTERM (`kill`, a job scheduler) and SIGHUP
+(the terminal closed) are answered as SIGINT is; a signal the process was started with
+ignored (a script's background job, `nohup`) stays ignored.
 """
 
 from __future__ import annotations
@@ -27,10 +30,16 @@ import threading
 from collections.abc import Callable, Iterator
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report it
+# The signals answered, and the line each prints after "`prog`: ".
+SIGNALS = {
+  signal.SIGINT: "interrupted",
+  signal.SIGTERM: "terminated (SIGTERM)",
+  signal.SIGHUP: "hung up (SIGHUP)",
+}
 
 
 def _ignore(signum, frame) -> None:
-  """SIGINT's Python handler while the watcher runs (the watcher acts on it)."""
+  """The signals' Python handler while the watcher runs (the watcher acts on them)."""
 
 
 def _flush() -> None:
@@ -41,9 +50,11 @@ def _flush() -> None:
 
 @contextlib.contextmanager
 def exit_on_interrupt(prog: str, clean_up: Callable[[], None]) -> Iterator[None]:
-  """Within the block, SIGINT calls `clean_up()`, prints "`prog`: interrupted" and ends the
-  process at once with status 130. Does nothing off the main thread, or where SIGINT is
-  ignored (as the shell starts a script's background jobs)."""
+  """Within the block, SIGINT, SIGTERM or SIGHUP calls `clean_up()`, prints "`prog`:
+  interrupted" (or "terminated (SIGTERM)", "hung up (SIGHUP)") and ends the process at once
+  with status 128 + the signal. Does nothing off the main thread, or where SIGINT is ignored
+  (as the shell starts a script's background jobs); another signal started ignored stays
+  ignored."""
   if (
     threading.current_thread() is not threading.main_thread()
     or signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # e.g. a background job of a script
@@ -52,7 +63,8 @@ def exit_on_interrupt(prog: str, clean_up: Callable[[], None]) -> Iterator[None]
     return
   read_fd, write_fd = os.pipe()
   os.set_blocking(write_fd, False)
-  previous_handler = signal.signal(signal.SIGINT, _ignore)
+  answered = [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+  previous_handlers = {s: signal.signal(s, _ignore) for s in answered}
   previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
   active = threading.Event()
   active.set()
@@ -66,13 +78,15 @@ def exit_on_interrupt(prog: str, clean_up: Callable[[], None]) -> Iterator[None]
       if not data:  # the block ended: the write end is closed
         os.close(read_fd)
         return
-      if signal.SIGINT in data and active.is_set():
+      received = [s for s in answered if s in data]
+      if received and active.is_set():
+        signum = received[0]
         with contextlib.suppress(Exception):
           clean_up()
         _flush()
         with contextlib.suppress(Exception):
-          os.write(2, f"{prog}: interrupted\n".encode())
-        os._exit(INTERRUPTED_EXIT)
+          os.write(2, f"{prog}: {SIGNALS[signum]}\n".encode())
+        os._exit(128 + signum)
 
   threading.Thread(target=watch, name="specsample-interrupt", daemon=True).start()
   try:
@@ -80,5 +94,6 @@ def exit_on_interrupt(prog: str, clean_up: Callable[[], None]) -> Iterator[None]
   finally:
     active.clear()
     signal.set_wakeup_fd(previous_fd)
-    signal.signal(signal.SIGINT, previous_handler)
+    for s, handler in previous_handlers.items():
+      signal.signal(s, handler)
     os.close(write_fd)

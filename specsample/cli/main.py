@@ -25,6 +25,7 @@ import sys
 from specsample.bench.pair import BENCH_RULES
 from specsample.cli.interrupt import INTERRUPTED_EXIT, exit_on_interrupt
 from specsample.cli.options import (
+  UsageError,
   add_decoding_options,
   add_special_option,
   check_decoding_options,
@@ -232,6 +233,8 @@ def _runner(command: str):
 
 def check_arguments(args) -> None:
   """Everything the arguments alone decide, before any output is made or model loaded."""
+  if sys.stdout is None:  # `command >&-`: Python starts with no sys.stdout
+    raise UsageError("standard output is closed: there is nowhere to write the results")
   check_weights_option(args)
   if args.command in ("generate", "translate"):
     check_decoding_options(args)
