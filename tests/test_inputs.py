@@ -92,6 +92,23 @@ def test_seeds_outside_the_key_range_are_refused(seed):
     generate(TARGET, [[2]], max_new_tokens=3, seed=seed)
 
 
+def test_every_bit_of_a_64_bit_seed_counts():
+  """jax.random.key keeps the low 32 bits without 64-bit ints: seeds that differ above
+  them must still give different keys (and texts); 32-bit seeds keep jax's own keys."""
+  from specsample.decoding.inputs import make_key
+
+  seeds = [0, 1, 2**32, 2**32 + 1, 2**62, -1, 2**32 - 1, -(2**63), 2**63 - 1]
+  keys = {seed: tuple(np.asarray(jax.random.key_data(make_key(seed)))) for seed in seeds}
+  assert len(set(keys.values())) == len(seeds)
+  for seed in (0, 1, 2**32 - 1):
+    assert keys[seed] == tuple(np.asarray(jax.random.key_data(jax.random.key(seed))))
+  sampled = [
+    generate(TARGET, [[2]], max_new_tokens=24, sampling=SamplingConfig(1.0), seed=seed).tokens
+    for seed in (0, 2**32)
+  ]
+  assert not np.array_equal(*sampled)
+
+
 def test_subnormal_temperatures_are_refused():
   with pytest.raises(ValueError, match="smallest normal.*use 0 for greedy"):
     SamplingConfig(temperature=1e-45)

@@ -160,11 +160,16 @@ def _global_prompts(prompts: jax.Array, prompt_lengths) -> tuple[jax.Array, jax.
   return prompts.astype(jnp.int32), prompt_lengths.astype(jnp.int32)
 
 
-SEED_RANGE = (-(2**63), 2**63)  # what jax.random.key takes (a C long)
+SEED_RANGE = (-(2**63), 2**63)  # 64-bit seeds, every bit used (make_key)
 
 
 def make_key(seed) -> jax.Array:
-  """A typed PRNG key from an int seed in SEED_RANGE or a key (typed, or legacy uint32[2])."""
+  """A typed PRNG key from an int seed in SEED_RANGE or a key (typed, or legacy uint32[2]).
+
+  Every bit of a 64-bit seed counts: `jax.random.key` keeps only the low 32 bits when
+  64-bit ints are off (as they are here), so the key of the low word is folded with the
+  high word (its two's complement's) where that is not 0. Seeds in [0, 2**32) give
+  `jax.random.key(seed)` itself."""
   if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
     return seed
   if isinstance(seed, jax.Array | np.ndarray) and seed.shape == (2,) and seed.dtype == np.uint32:
@@ -173,7 +178,9 @@ def make_key(seed) -> jax.Array:
     raise TypeError(f"seed must be an int or a jax PRNG key, got {seed!r}")
   if not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
     raise ValueError(f"seed must be in [-2**63, 2**63), got {seed}")
-  return jax.random.key(int(seed))
+  low, high = int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF
+  key = jax.random.key(low)
+  return jax.random.fold_in(key, high) if high else key
 
 
 def check_feature_pair(target, draft, *, adaptive, tree) -> None:
