@@ -261,6 +261,11 @@ def test_generate_with_a_feature_draft_directory(tmp_path, capsys):
     assert "identical to the target's own greedy output: yes" in err
   code, err, _ = run([*argv, "--adaptive"], capsys)
   assert code == 2 and "fixed-length chain" in err[0]
+  weights = tmp_path / "feature" / "model.safetensors"
+  weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+  code, err, _ = run(argv, capsys)
+  assert code == 2 and len(err) == 1, err
+  assert f"{weights}: not a readable safetensors file" in err[0]
 
 
 def test_vocabulary_decodes_ids_past_its_pieces():

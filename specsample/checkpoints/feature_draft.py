@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample.checkpoints.decoder_only import OUTPUT_VOCAB_KEY, config_from_hf, hf_config_of
+from specsample.checkpoints.huggingface import read_safetensors
 from specsample.checkpoints.t5_params import CheckpointError, flatten
 from specsample.kernels import blocks, int8_blocks
 from specsample.models.decoder_only import DecoderOnly
@@ -71,8 +72,6 @@ def load_feature_draft(directory: str | os.PathLike, target, *, dtype: str = "fl
   """The feature draft in `directory`, with `target`'s input embedding (shared) and output
   rows of its kept tokens. The target must be the DecoderOnly it was trained for (same
   vocabulary and width; a tied output layer, whose rows are the embedding's)."""
-  from safetensors.numpy import load_file
-
   directory = os.fspath(directory)
   if not is_feature_draft_dir(directory):
     raise CheckpointError(
@@ -105,7 +104,7 @@ def load_feature_draft(directory: str | os.PathLike, target, *, dtype: str = "fl
       "has a separate output layer"
     )
   params: dict = {}
-  for name, array in load_file(os.path.join(directory, "model.safetensors")).items():
+  for name, array in read_safetensors(os.path.join(directory, "model.safetensors")).items():
     *path, leaf = name.split(".")
     node = params
     for key in path:

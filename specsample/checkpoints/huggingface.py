@@ -87,7 +87,9 @@ def _safetensors_files(directory: str) -> list[str]:
   )
 
 
-def _read_safetensors(path: str) -> dict[str, np.ndarray]:
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+  """Every tensor of a safetensors file (bfloat16 too); CheckpointError naming the file if
+  it cannot be read (truncated, not safetensors)."""
   from safetensors import safe_open
 
   try:
@@ -132,7 +134,7 @@ def read_hf_tensors(directory: str) -> dict[str, np.ndarray]:
   """Every tensor of a Hugging Face directory (single or sharded safetensors), by name."""
   tensors: dict[str, np.ndarray] = {}
   for path in _safetensors_files(directory):
-    tensors.update(_read_safetensors(path))
+    tensors.update(read_safetensors(path))
   return tensors
 
 
@@ -151,7 +153,7 @@ def read_hf_params(directory: str, config: T5Config) -> dict[str, np.ndarray]:
   """All tensors of a HF T5 directory, in T5X names and layouts."""
   flat: dict[str, np.ndarray] = {}
   for path in _safetensors_files(directory):
-    for name, tensor in _read_safetensors(path).items():
+    for name, tensor in read_safetensors(path).items():
       if name in _EMBEDDING_ALIASES:
         flat.setdefault("token_embedder/embedding", tensor)
         continue
