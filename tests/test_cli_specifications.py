@@ -378,3 +378,26 @@ def test_closed_standard_output_is_one_line(command):
   assert done.stderr.strip().splitlines() == [
     f"specsample {command[0]}: standard output is closed: there is nowhere to write the results"
   ]
+
+
+@pytest.mark.parametrize(
+  "text, named",
+  [
+    ("Open \udcff file", "the byte 0xff, which is not UTF-8 at character 6 (after 'Open ')"),
+    ("Caf\udcc3", "the byte 0xc3, which is not UTF-8 at character 4 (after 'Caf')"),
+    ("x\ud800y", "a lone surrogate U+D800 at character 2 (after 'x')"),
+  ],
+)
+@pytest.mark.parametrize("command", ["translate", "generate"])
+def test_text_that_is_not_utf8_is_named_before_loading(command, text, named, capsys, nothing_loads):
+  """An argument's bytes that are not UTF-8 arrive as surrogates (and an API caller may
+  pass lone surrogates): one line naming the byte and where it is, nothing loaded."""
+  line = refused([command, "fine", text], capsys)
+  assert line == f"specsample {command}: input 2 has {named}: give UTF-8 text"
+
+
+def test_an_input_file_that_is_not_utf8_names_the_line(tmp_path, capsys, nothing_loads):
+  inputs = tmp_path / "inputs.txt"
+  inputs.write_bytes(b"Open the file\nCaf\xe9 au lait\n")
+  line = refused(["generate", "--input-file", str(inputs)], capsys)
+  assert f"--input-file {inputs} is not UTF-8 text: line 2 has the byte 0xe9" in line

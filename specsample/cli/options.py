@@ -307,7 +307,11 @@ def read_inputs(texts: list[str], input_file: str | None) -> list[str]:
     try:
       lines = path.read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark goes
     except UnicodeDecodeError as error:
-      raise UsageError(f"--input-file {input_file} is not UTF-8 text ({error.reason})") from None
+      line = error.object[: error.start].count(b"\n") + 1
+      raise UsageError(
+        f"--input-file {input_file} is not UTF-8 text: line {line} has the byte "
+        f"0x{error.object[error.start]:02x} ({error.reason})"
+      ) from None
     texts = [line for line in lines if line.strip()]
     if not texts:
       raise UsageError(f"--input-file {input_file} has no non-empty lines")
@@ -317,7 +321,23 @@ def read_inputs(texts: list[str], input_file: str | None) -> list[str]:
   for number, text in enumerate(texts, start=1):
     if not text.strip():
       raise UsageError(f"input {number} is empty: give some text to decode")
+    check_text(text, f"input {number}")
   return texts
+
+
+def check_text(text: str, what: str) -> None:
+  """Refuses text that is not Unicode text: a lone surrogate (an argument's bytes that were
+  not UTF-8 arrive as U+DC80..U+DCFF), named with its position."""
+  for index, character in enumerate(text):
+    if "\ud800" <= character <= "\udfff":
+      if "\udc80" <= character <= "\udcff":
+        problem = f"the byte 0x{ord(character) - 0xDC00:02x}, which is not UTF-8"
+      else:
+        problem = f"a lone surrogate U+{ord(character):04X}"
+      before = text[max(0, index - 20) : index]
+      raise UsageError(
+        f"{what} has {problem} at character {index + 1} (after {before!r}): give UTF-8 text"
+      )
 
 
 def check_weights_option(args) -> None:
