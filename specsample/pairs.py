@@ -57,12 +57,21 @@ class Pair:
   bundled: bool  # the draft is one of the bundled SmolLM2 drafts
   draft_in_blocks: bool = False  # a token-level draft's matrices kept in Q8_0 blocks
   id: str = ""  # names the pair and its arithmetic (step costs are kept per machine and id)
+  stored_weights: str | None = None  # what the target checkpoint stores, where weights were asked
 
   def notes(self) -> list[str]:
     """What was chosen automatically, in a line each (the command line's stderr)."""
     lines = []
-    if self.weights != "float32":
-      kind = "its blocks" if self.weights == "gguf" else "bfloat16 matrices"
+    kind = {"gguf": "its blocks", "bfloat16": "bfloat16 matrices"}.get(self.weights)
+    if self.stored_weights not in (None, self.weights):  # asked for, not what is stored
+      stored = {"gguf": "GGUF blocks", "bfloat16": "bfloat16 matrices"}.get(
+        self.stored_weights, "float32 matrices"
+      )
+      lines.append(
+        f"weights: {self.weights} ({kind or 'float32 matrices'}, as --weights asks; the "
+        f"checkpoint stores {stored})"
+      )
+    elif self.weights != "float32":
       lines.append(
         f"weights: {self.weights} ({kind}, as the checkpoint stores them; --weights float32 "
         "for float32 matrices)"
@@ -168,6 +177,7 @@ def load_pair(
   kind = "token" if trees or dynamic_tree else bundled.smollm2_default_draft()  # trees: tokens
   draft_spec = f"bundled:{kind}" if default_draft else draft
   is_bundled = target is None and draft_spec.startswith("bundled:")
+  asked_weights = weights
   weights = resolve_weights(weights, target_path, dtype=dtype, sharded=sharded)
   activations = resolve_activations(activations, weights)
   blocks = {"gguf_blocks": weights == "gguf", "activations": activations}
@@ -228,7 +238,16 @@ def load_pair(
     bundled=is_bundled,
     draft_in_blocks=in_blocks,
     id=pair_id,
+    stored_weights=None if asked_weights == "auto" else _stored_or_none(target_path),
   )
+
+
+def _stored_or_none(target_path: str) -> str | None:
+  """The weight format the target checkpoint stores (None where its headers say nothing)."""
+  try:
+    return stored_weight_format(target_path)
+  except (OSError, ValueError):
+    return None
 
 
 def checkpoint_id(path: str) -> str:

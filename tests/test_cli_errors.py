@@ -339,3 +339,25 @@ def test_bench_reads_spec_bench_questions_by_category(tmp_path):
   questions.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": []}) + "\n")
   with pytest.raises(UsageError, match="'turns'"):
     bench_inputs(str(questions), 8)
+
+
+def test_the_weights_note_says_what_was_asked_and_what_is_stored():
+  """--weights bfloat16 on a GGUF: the note says it was asked for and what the file stores
+  (not "as the checkpoint stores them"); the automatic choice says it follows the file."""
+  from specsample.pairs import Pair
+
+  def note(weights, stored):
+    pair = Pair(
+      target=None, draft=None, tokenizer=None, gamma=3, weights=weights, activations="float32",
+      title="", bundled=False, stored_weights=stored,
+    )  # fmt: skip
+    return pair.notes()[0] if pair.notes() else None
+
+  asked = note("bfloat16", "gguf")
+  assert asked == (
+    "weights: bfloat16 (bfloat16 matrices, as --weights asks; the checkpoint stores GGUF blocks)"
+  )
+  assert note("float32", "bfloat16").endswith("the checkpoint stores bfloat16 matrices)")
+  assert "as the checkpoint stores them" in note("bfloat16", None)  # chosen by auto
+  assert "as the checkpoint stores them" in note("bfloat16", "bfloat16")
+  assert note("float32", None) is None
