@@ -11,7 +11,7 @@ from specsample.cli import main
 from specsample.models.decoder_only import preset as decoder_preset
 from specsample.models.t5 import PRESETS, preset
 from specsample.scaling import DecodeShape, param_logical_axes, parse_mesh, partition_spec, plan
-from specsample.scaling.plan import parameter_shapes, resolve_config
+from specsample.scaling.plan import parameter_shapes, plan_warnings, resolve_config
 
 
 @pytest.mark.parametrize("name", ["t5-small", "t5-base", "t5-large", "t5-3b", "t5-11b",
@@ -101,3 +101,24 @@ def test_resolve_config_and_the_command(capsys, tmp_path):
   assert main(["plan", "--target", "t5-11b", "--accelerator", "tpu-v5e"]) == 0
   assert "tpu-v5e (16.00 GiB per device): does NOT fit" in capsys.readouterr().out
   assert math.isclose(preset("t5-11b").num_parameters / 1e9, 11.3, abs_tol=0.05)
+
+
+def test_impossible_or_wasteful_meshes_are_refused_or_said(capsys):
+  """A repeated axis and absurd device counts are refused; a batch the data axis does not
+  divide, and a model axis that divides none of a model's split dimensions, are said."""
+  with pytest.raises(ValueError, match="names the data axis twice"):
+    parse_mesh("data=2,data=3")
+  with pytest.raises(ValueError, match="1,000,000,000,000 devices; at most 65,536"):
+    parse_mesh("data=1000000,model=1000000")
+  shape = DecodeShape(batch=2, input_length=16, max_new_tokens=8)
+  small = preset("t5-small")  # 8 heads, MLP 2048, vocabulary 32128
+  assert plan_warnings(small, None, {"data": 2, "model": 1}, shape) == []
+  (padded,) = plan_warnings(small, None, {"data": 3, "model": 1}, shape)
+  assert padded.startswith("batch 2 over data=3: padded to 3 rows (1 of padding")
+  (whole,) = plan_warnings(small, small, {"data": 1, "model": 3}, shape, {"data": 1, "model": 1})
+  assert whole.startswith("model=3 does not divide the target's")
+  fraction = float(whole.split("holding ")[1].split("%")[0])
+  assert 50 < fraction <= 100  # the attention and MLP matrices, most of the model
+  assert main(["plan", "--target", "t5-small", "--mesh", "data=3", "--batch", "2"]) == 0
+  err = capsys.readouterr().err
+  assert err.startswith("warning: batch 2 over data=3: padded to 3 rows")

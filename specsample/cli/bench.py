@@ -170,7 +170,14 @@ def run_bench(args) -> int:
 
 
 def run_plan(args) -> int:
-  from specsample.scaling.plan import DecodeShape, parse_mesh, plan, plan_table, resolve_config
+  from specsample.scaling.plan import (
+    DecodeShape,
+    parse_mesh,
+    plan,
+    plan_table,
+    plan_warnings,
+    resolve_config,
+  )
 
   shape = DecodeShape(
     batch=args.batch,
@@ -179,12 +186,12 @@ def run_plan(args) -> int:
     gamma=args.gamma,
     dtype=args.dtype,
   )
-  memory = plan(
-    resolve_config(args.target),
-    resolve_config(args.draft) if args.draft else None,
-    parse_mesh(args.mesh),
-    shape,
-    draft_mesh=parse_mesh(args.draft_mesh) if args.draft_mesh else None,
-  )
+  target = resolve_config(args.target)
+  draft = resolve_config(args.draft) if args.draft else None
+  mesh = parse_mesh(args.mesh)
+  draft_mesh = parse_mesh(args.draft_mesh) if args.draft_mesh else None
+  memory = plan(target, draft, mesh, shape, draft_mesh=draft_mesh)
+  for warning in plan_warnings(target, draft, mesh, shape, draft_mesh=draft_mesh):
+    print(f"warning: {warning}", file=sys.stderr)
   print(plan_table(memory, args.accelerator))
   return 0

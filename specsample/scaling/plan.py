@@ -92,22 +92,74 @@ class MemoryPlan:
     return self.total_bytes <= headroom * ACCELERATORS[accelerator]
 
 
+MAX_DEVICES = 2**16  # more than any machine of accelerators built (a TPU v5p pod: 8,960)
+
+
 def parse_mesh(text: str | None, device_count: int | None = None) -> dict[str, int]:
-  """ "data=2,model=4" -> {"data": 2, "model": 4}; None: all devices on "data"."""
+  """ "data=2,model=4" -> {"data": 2, "model": 4}; None: all devices on "data". An axis
+  named twice, sizes below 1 and meshes past MAX_DEVICES are refused."""
   if not text:
     return {"data": device_count or 1, "model": 1}
   mesh = {}
   for part in text.split(","):
     name, _, value = part.partition("=")
-    if name.strip() not in ("data", "model") or not value.strip().isdigit():
+    name = name.strip()
+    if name not in ("data", "model") or not value.strip().isdigit():
       raise ValueError(f'mesh must look like "data=2,model=4", got {text!r}')
-    mesh[name.strip()] = int(value)
+    if name in mesh:
+      raise ValueError(f"mesh {text!r} names the {name} axis twice")
+    mesh[name] = int(value)
   mesh = {"data": mesh.get("data", 1), "model": mesh.get("model", 1)}
   if min(mesh.values()) < 1:
     raise ValueError(f"mesh axis sizes must be >= 1, got {text!r}")
+  if math.prod(mesh.values()) > MAX_DEVICES:
+    raise ValueError(
+      f"mesh {text!r} has {math.prod(mesh.values()):,} devices; at most {MAX_DEVICES:,}"
+    )
   if device_count is not None and math.prod(mesh.values()) != device_count:
     raise ValueError(f"mesh {mesh} needs {math.prod(mesh.values())} devices, have {device_count}")
   return mesh
+
+
+def unsplit_fraction(shapes: Mapping[str, tuple[int, ...]], mesh: Mapping[str, int]) -> float:
+  """The fraction of parameters (by count) that the "model" axis leaves whole on every
+  device although the rules would split them, because it does not divide their dimension
+  (e.g. 4 heads on model=3). shapes: {"decoder/layers_0/...": dims}. 0 when model=1."""
+  if mesh.get("model", 1) == 1:
+    return 0.0
+  total = unsplit = 0
+  for name, dims in shapes.items():
+    axes = param_logical_axes(name, len(dims))
+    wants_model = any(dict(DEFAULT_RULES).get(axis) == "model" for axis in axes)
+    spec = partition_spec(axes, dims, mesh)
+    total += math.prod(dims)
+    unsplit += math.prod(dims) if wants_model and "model" not in tuple(spec) else 0
+  return unsplit / max(total, 1)
+
+
+def plan_warnings(
+  target, draft, mesh: Mapping[str, int], shape: DecodeShape, draft_mesh=None
+) -> list[str]:
+  """What a plan should say besides its bytes: a data axis the batch does not fill or
+  divide (rows of padding), a model axis that leaves a model's parameters whole."""
+  warnings = []
+  data = mesh.get("data", 1)
+  if shape.batch % data:
+    padded = math.ceil(shape.batch / data) * data
+    warnings.append(
+      f"batch {shape.batch} over data={data}: padded to {padded} rows "
+      f"({padded - shape.batch} of padding; a batch that data={data} divides wastes none)"
+    )
+  for role, config, model_mesh in (("target", target, mesh), ("draft", draft, draft_mesh or mesh)):
+    if config is None:
+      continue
+    fraction = unsplit_fraction(parameter_shapes(config), model_mesh)
+    if fraction > 0:
+      warnings.append(
+        f"model={model_mesh['model']} does not divide the {role}'s heads / MLP / vocabulary "
+        f"dimensions holding {fraction:.0%} of its parameters: those stay whole on every device"
+      )
+  return warnings
 
 
 def parameter_shapes(config) -> dict[str, tuple[int, ...]]:

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from specsample.scaling.plan import unsplit_fraction
 from specsample.scaling.rules import DEFAULT_RULES, Rules, param_logical_axes, partition_spec
 
 
@@ -85,19 +86,13 @@ def shard_model(model, mesh: Mesh, *, model_parallel: bool = True, rules: Rules 
 
 
 def unsplit_parameter_fraction(model, mesh_shape: Mapping[str, int]) -> float:
-  """The fraction of a model's parameter bytes that the "model" axis leaves replicated
+  """The fraction of a model's parameters that the "model" axis leaves replicated
   because it does not divide their dimension (e.g. 4 heads on model=3). 0 when model=1."""
-  if mesh_shape.get("model", 1) == 1:
-    return 0.0
-  total = unsplit = 0
-  for path, leaf in jax.tree_util.tree_flatten_with_path(model.params)[0]:
-    name = "/".join(k.key for k in path)
-    axes = param_logical_axes(name, leaf.ndim)
-    wants_model = any(dict(DEFAULT_RULES).get(axis) == "model" for axis in axes)
-    spec = partition_spec(axes, leaf.shape, mesh_shape)
-    total += leaf.size
-    unsplit += leaf.size if wants_model and "model" not in tuple(spec) else 0
-  return unsplit / max(total, 1)
+  shapes = {
+    "/".join(k.key for k in path): tuple(leaf.shape)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(model.params)[0]
+  }
+  return unsplit_fraction(shapes, mesh_shape)
 
 
 def shard_batch(array, mesh: Mesh) -> jax.Array:
