@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 
+from specsample import files
 from specsample.bench.pair import PairReport
 from specsample.bench.timing import seconds_per_token
 from specsample.core import theoretical_speedup
@@ -82,7 +82,8 @@ PHASE_FIELDS = (
 
 
 def write_json(report: PairReport, path: str | pathlib.Path, **context) -> None:
-  pathlib.Path(path).write_text(json.dumps(report_dict(report, **context), indent=2) + "\n")
+  """The report as JSON, written whole or not at all (specsample.files)."""
+  files.write_json(path, report_dict(report, **context), indent=2)
 
 
 def markdown(report: PairReport, *, title: str = "Benchmark") -> str:
@@ -214,15 +215,26 @@ def roofline_table(report: PairReport) -> list[str]:
   return lines
 
 
-def plot(report: PairReport, directory: str | pathlib.Path, *, title: str = "") -> list[str]:
-  """Writes speedup_vs_gamma.png, acceptance_histogram.png and batch_scaling.png."""
+def plot(
+  report: PairReport,
+  directory: str | pathlib.Path,
+  *,
+  title: str = "",
+  fileset: files.FileSet | None = None,
+) -> list[str]:
+  """Writes speedup_vs_gamma.png, acceptance_histogram.png and batch_scaling.png (into
+  `fileset`, renamed into place with the rest of its files; else a set of their own).
+  Returns their paths."""
+  directory = pathlib.Path(directory)
+  if fileset is None:
+    directory.mkdir(parents=True, exist_ok=True)
+    with files.FileSet(directory) as own:
+      return plot(report, directory, title=title, fileset=own)
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  directory = pathlib.Path(directory)
-  directory.mkdir(parents=True, exist_ok=True)
   costs, settings = report.costs, report.settings
   written = []
 
@@ -257,7 +269,7 @@ def plot(report: PairReport, directory: str | pathlib.Path, *, title: str = "") 
   ax.set_ylabel("speedup over autoregressive")
   ax.set_title(title or "Speedup vs gamma")
   ax.legend(fontsize=7)
-  written.append(_save(fig, directory / "speedup_vs_gamma.png"))
+  written.append(_save(fig, fileset, "speedup_vs_gamma.png"))
 
   fig, axes = plt.subplots(
     1, len(settings.temperatures), figsize=(4 * len(settings.temperatures), 3.5)
@@ -269,7 +281,7 @@ def plot(report: PairReport, directory: str | pathlib.Path, *, title: str = "") 
     ax.set_xlabel(f"accepted draft tokens (gamma {best.gamma})")
     ax.set_ylabel("iterations")
     ax.set_title(f"T={t:g}, alpha {best.alpha:.2f}")
-  written.append(_save(fig, directory / "acceptance_histogram.png"))
+  written.append(_save(fig, fileset, "acceptance_histogram.png"))
 
   if report.batch:
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -288,7 +300,7 @@ def plot(report: PairReport, directory: str | pathlib.Path, *, title: str = "") 
     ax.set_ylabel("speculative speedup over autoregressive")
     ax.set_title("Batch scaling")
     ax.legend(fontsize=8)
-    written.append(_save(fig, directory / "batch_scaling.png"))
+    written.append(_save(fig, fileset, "batch_scaling.png"))
   return written
 
 
@@ -304,10 +316,13 @@ RULE_STYLES = (
 )
 
 
-def _save(fig, path: pathlib.Path) -> str:
+def _save(fig, fileset: files.FileSet, name: str) -> str:
+  """Saves the figure as the set's file `name`; returns the path it will have."""
   import matplotlib.pyplot as plt
 
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return str(path)
+  try:
+    fig.savefig(fileset.path(name), dpi=110)
+  finally:
+    plt.close(fig)
+  return str(fileset.directory / name)

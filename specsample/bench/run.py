@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 import jax
 
-from specsample.bench.output import markdown, plot, write_json
+from specsample.bench.output import markdown, plot, report_dict
 from specsample.bench.pair import BenchSettings, PairReport, bench_pair, bench_steps
+from specsample.files import FileSet
 
 
 def cpu_model() -> str:
@@ -75,8 +76,11 @@ def run_bench(
     bar.advance(task)
   context = {"title": title, "machine": machine_description(), "wall_seconds": time.time() - start}
   files = {"json": str(out_dir / "report.json"), "markdown": str(out_dir / "report.md")}
-  write_json(report, files["json"], **context)
-  (out_dir / "report.md").write_text(markdown(report, title=title))
-  for path in plot(report, out_dir, title=title):
-    files[pathlib.Path(path).stem] = path
+  out_dir.mkdir(parents=True, exist_ok=True)
+  # The report's files together: none replaces an old one unless every one was written.
+  with FileSet(out_dir) as fileset:
+    fileset.write_json("report.json", report_dict(report, **context), indent=2)
+    fileset.write_text("report.md", markdown(report, title=title))
+    for path in plot(report, out_dir, title=title, fileset=fileset):
+      files[pathlib.Path(path).stem] = path
   return report, files

@@ -11,7 +11,6 @@ insists on exactly the tensors the config needs, with exactly their shapes.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -21,7 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample.checkpoints import gemma
+from specsample.checkpoints.huggingface import write_safetensors
 from specsample.checkpoints.t5_params import CheckpointError
+from specsample.files import FileSet
 from specsample.kernels.blocks import BlockMatrix, from_numpy
 from specsample.kernels.int8_blocks import Int8BlockMatrix, from_gguf_blocks
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
@@ -306,7 +307,6 @@ def save_hf_decoder_only(
     raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
   if model.config.rope_frequency_factors is not None:
     raise ValueError("rope_frequency_factors (a GGUF rope_freqs tensor) has no config.json form")
-  from safetensors.numpy import save_file
 
   from specsample.checkpoints.t5_params import flatten
 
@@ -328,14 +328,14 @@ def save_hf_decoder_only(
     else:
       array = array.astype(dtype)
     tensors[name] = np.ascontiguousarray(array)
-  save_file(tensors, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
   hf = hf_config_of(model.config, model_type=model_type)
   if model.config.output_vocab_size is not None:
     hf[OUTPUT_VOCAB_KEY] = model.config.output_vocab_size
   if not include_embedding:
     hf[SHARED_EMBEDDING_KEY] = True
-  with open(os.path.join(directory, "config.json"), "w") as f:
-    json.dump(hf, f, indent=2)
+  with FileSet(directory) as files:  # both files replaced together, or neither
+    write_safetensors(tensors, files.path("model.safetensors"), metadata={"format": "pt"})
+    files.write_json("config.json", hf, indent=2)
 
 
 def expand_output_layer(model: DecoderOnly) -> DecoderOnly:

@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample.checkpoints.decoder_only import OUTPUT_VOCAB_KEY, config_from_hf, hf_config_of
-from specsample.checkpoints.huggingface import read_safetensors
+from specsample.checkpoints.huggingface import read_safetensors, write_safetensors
 from specsample.checkpoints.t5_params import CheckpointError, flatten
+from specsample.files import FileSet
 from specsample.kernels import blocks, int8_blocks
 from specsample.models.decoder_only import DecoderOnly
 from specsample.models.feature_draft import FeatureDraft
@@ -45,7 +46,6 @@ def save_feature_draft(
   draft: FeatureDraft, directory: str | os.PathLike, *, dtype: str = "float16"
 ) -> None:
   """Writes `draft` without the parts it takes from its target."""
-  from safetensors.numpy import save_file
 
   if dtype not in ("float32", "float16"):
     raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
@@ -59,13 +59,13 @@ def save_feature_draft(
       tensors[name] = np.asarray(value, np.int32)
     else:
       tensors[name] = np.ascontiguousarray(np.asarray(value, np.float32).astype(dtype))
-  save_file(tensors, os.path.join(directory, "model.safetensors"))
   config = hf_config_of(draft.config.replace(output_vocab_size=None))
   config.update({ARCHITECTURE_KEY: ARCHITECTURE, OUTPUT_VOCAB_KEY: draft.config.output_vocab_size})
   if draft.config.feature_layers:
     config[FEATURE_LAYERS_KEY] = list(draft.config.feature_layers)
-  with open(os.path.join(directory, "config.json"), "w") as f:
-    json.dump(config, f, indent=2)
+  with FileSet(directory) as files:  # both files replaced together, or neither
+    write_safetensors(tensors, files.path("model.safetensors"))
+    files.write_json("config.json", config, indent=2)
 
 
 def load_feature_draft(directory: str | os.PathLike, target, *, dtype: str = "float32"):

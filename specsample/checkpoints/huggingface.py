@@ -12,6 +12,7 @@ import re
 import numpy as np
 
 from specsample.checkpoints.t5_params import CheckpointError, flatten
+from specsample.files import FileSet
 from specsample.models.t5 import T5, T5Config, from_hf_config, to_hf_config
 
 _ATTENTION = {"q": "query", "k": "key", "v": "value", "o": "out"}
@@ -98,6 +99,18 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
       return {name: np.asarray(f.get_tensor(name)) for name in f.keys()}  # noqa: SIM118
   except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
     raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
+
+
+def write_safetensors(tensors: dict, path, metadata: dict | None = None) -> None:
+  """safetensors' save_file, its errors (a full disk) raised as OSError naming the file."""
+  from safetensors.numpy import save_file
+
+  try:
+    save_file(tensors, str(path), metadata=metadata)
+  except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+    if isinstance(error, OSError):
+      raise
+    raise OSError(f"{path}: cannot be written ({error})") from error
 
 
 def safetensors_matrix_dtypes(directory: str) -> set[str]:
@@ -201,8 +214,6 @@ def save_hf_t5(model: T5, directory: str | os.PathLike, *, dtype: str = "float32
   """
   if dtype not in ("float32", "float16"):
     raise ValueError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
-  from safetensors.numpy import save_file
-
   directory = str(directory)
   os.makedirs(directory, exist_ok=True)
   tensors = {}
@@ -210,6 +221,6 @@ def save_hf_t5(model: T5, directory: str | os.PathLike, *, dtype: str = "float32
     name, transpose = t5x_to_hf_name("/".join(keys))
     array = np.asarray(value, np.float32).astype(dtype)
     tensors[name] = np.ascontiguousarray(array.T if transpose else array)
-  save_file(tensors, os.path.join(directory, "model.safetensors"))
-  with open(os.path.join(directory, "config.json"), "w") as f:
-    json.dump(to_hf_config(model.config), f, indent=2)
+  with FileSet(directory) as files:  # both files replaced together, or neither
+    write_safetensors(tensors, files.path("model.safetensors"))
+    files.write_json("config.json", to_hf_config(model.config), indent=2)

@@ -5,11 +5,11 @@ input and stdout a terminal, the text is printed as the loop accepts it (`Stream
 
 from __future__ import annotations
 
-import pathlib
 import queue
 import sys
 import threading
 
+from specsample import files
 from specsample.cli.compare import Comparison, compare, summary_line
 from specsample.cli.limits import check_prompt_lengths, target_context
 from specsample.cli.options import (
@@ -137,7 +137,7 @@ def write_trace(
     f"{settings.sampling.temperature}; {len(lines)} target calls for {int(out.lengths[0])} "
     f"tokens; alpha {out.stats.alpha:.2f}"
   )
-  pathlib.Path(path).write_text(render_html(lines, title=title, summary=summary), encoding="utf-8")
+  files.write_text(path, render_html(lines, title=title, summary=summary))  # whole or not at all
   print(f"trace written to {path}", file=sys.stderr)
 
 

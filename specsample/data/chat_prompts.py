@@ -39,6 +39,7 @@ import warnings
 from collections.abc import Iterator
 
 from specsample.data.chat_templates import CHAT_TEMPLATES, FILLERS, TASK_TEMPLATES
+from specsample.files import replacing
 
 SPLITS = ("train", "held_out")
 TASKS = ("chat", "explain_code", "docstring", "summarize", "rewrite", "key_points", "question",
@@ -359,7 +360,7 @@ def build_prompts(
 
 
 def write_jsonl(prompts: list[ChatPrompt], path: str, *, with_source: bool = True) -> None:
-  with open(path, "w", encoding="utf-8") as f:
+  with replacing(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
     for prompt in prompts:
       record = dataclasses.asdict(prompt)
       if not with_source:

@@ -25,6 +25,8 @@ import sysconfig
 import warnings
 from collections.abc import Iterable, Iterator
 
+from specsample.files import replacing
+
 SPLITS = ("train", "validation", "test")
 MAX_CODE_CHARACTERS = 600
 MIN_WORDS, MAX_WORDS = 3, 32
@@ -137,7 +139,7 @@ def build_examples(root: str | None = None) -> dict[str, list[Example]]:
 
 def write_jsonl(examples: Iterable[Example], path: str) -> int:
   count = 0
-  with open(path, "w", encoding="utf-8") as f:
+  with replacing(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
     for example in examples:
       f.write(example.to_json() + "\n")
       count += 1

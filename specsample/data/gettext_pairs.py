@@ -24,6 +24,8 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 
+from specsample.files import replacing
+
 DEFAULT_CATALOG_DIR = "/usr/share/locale/de/LC_MESSAGES"
 MAX_CHARACTERS = 150
 SPLITS = ("train", "validation", "test")
@@ -115,7 +117,7 @@ def build_pairs(catalog_dir: str = DEFAULT_CATALOG_DIR) -> dict[str, list[Pair]]
 def write_tsv(pairs: Iterable[Pair], path: str) -> int:
   """english<TAB>german lines; returns the number written."""
   count = 0
-  with open(path, "w", encoding="utf-8") as f:
+  with replacing(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
     for pair in pairs:
       f.write(f"{pair.english}\t{pair.german}\n")
       count += 1

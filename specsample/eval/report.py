@@ -9,7 +9,6 @@ per generated token / the speculative decoder's, each summed over the examples
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 
@@ -17,6 +16,7 @@ from specsample.bench.timing import measured_speedup
 from specsample.core import theoretical_speedup
 from specsample.eval.configs import Pipeline
 from specsample.eval.metrics import paired_bootstrap, score
+from specsample.files import FileSet
 
 REPORT_FIELDS = (
   "name", "task", "split", "examples", "settings", "target", "draft", "quality",
@@ -204,11 +204,9 @@ def write_report(report: dict, workdir: str) -> dict[str, str]:
     "json": os.path.join(workdir, "report.json"),
     "markdown": os.path.join(workdir, "report.md"),
   }
-  with open(paths["json"], "w") as f:
-    json.dump(report, f, indent=2)
-    f.write("\n")
-  with open(paths["markdown"], "w") as f:
-    f.write(markdown(report))
+  with FileSet(workdir) as files:  # both replaced together, or neither
+    files.write_json("report.json", report, indent=2)
+    files.write_text("report.md", markdown(report))
   return paths
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from specsample.core.sampling import SamplingConfig
 from specsample.data import chat_prompts
+from specsample.files import replacing
 from specsample.train.smollm2_data import (
   StageError,
   best_point,
@@ -162,7 +163,10 @@ def write_metrics(options: FeatureDraftOptions, draft, target, tokenizer) -> dic
                                / 2**20, 1)},
     **facts,
   }  # fmt: skip
-  with open(os.path.join(directory, "metrics.json"), "w") as f:
+  with (
+    replacing(os.path.join(directory, "metrics.json")) as temporary,
+    open(temporary, "w") as f,
+  ):
     json.dump(metrics, f, indent=2)
   log(f"metrics -> {os.path.join(directory, 'metrics.json')}")
   return metrics
@@ -329,5 +333,8 @@ predictions (teacher-forced tokens; with the cache of a real drafted block):
 
 def write_card(options: FeatureDraftOptions, metrics: dict) -> None:
   """bundle/feature_draft/MODEL_CARD.md."""
-  with open(os.path.join(options.bundle, "feature_draft", "MODEL_CARD.md"), "w") as f:
+  with (
+    replacing(os.path.join(options.bundle, "feature_draft", "MODEL_CARD.md")) as temporary,
+    open(temporary, "w") as f,
+  ):
     f.write(card_text(metrics))

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 
 from specsample.data import chat_prompts
+from specsample.files import replacing
 from specsample.models import FeatureDraft
 from specsample.models.feature_draft import with_fusion
 from specsample.train import distill_features as df
@@ -171,7 +172,7 @@ def stage_generate(options: FeatureDraftOptions, target, tokenizer) -> None:
   stats_path = os.path.join(options.work, "generation.json")
   stats = read_json(stats_path)
   stats["generation_minutes"] = round(stats.get("generation_minutes", 0.0) + minutes, 1)
-  with open(stats_path, "w") as f:
+  with replacing(stats_path) as temporary, open(temporary, "w") as f:
     json.dump(stats, f)
 
 
@@ -193,7 +194,7 @@ def stage_vocab(options: FeatureDraftOptions, tokenizer) -> None:
   responses = [s.tokens[s.prompt_length :] for s in train]
   held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
   ids, coverage, _ = vocab_coverage(responses, held, options.output_vocab, always_kept(tokenizer))
-  with open(path, "w") as f:
+  with replacing(path) as temporary, open(temporary, "w") as f:
     json.dump({"size": options.output_vocab, "coverage": coverage, "ids": ids.tolist()}, f)
   log(f"vocab: {options.output_vocab} tokens; validation response-token coverage by size "
       f"{coverage}")  # fmt: skip
@@ -274,7 +275,10 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
         progress=progress, checkpoint=checkpoint,
       )  # fmt: skip
     minutes = (time.time() - begin) / 60 + previous.get("minutes", 0.0)
-    with open(os.path.join(options.work, "train_log.json"), "w") as f:
+    with (
+      replacing(os.path.join(options.work, "train_log.json")) as temporary,
+      open(temporary, "w") as f,
+    ):
       json.dump({"history": history, "minutes": minutes, "sequences": len(train),
                  "positions": positions, "response_tokens": responses,
                  "settings": dataclasses.asdict(options),
@@ -282,7 +286,10 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
   scores = agreement_by_task(lambda items: df.agreement(draft, items, steps=3), validation,
                              task=lambda s: s.task)  # fmt: skip
   log(f"train: validation agreement {json.dumps(scores)}")
-  with open(os.path.join(options.work, "validation.json"), "w") as f:
+  with (
+    replacing(os.path.join(options.work, "validation.json")) as temporary,
+    open(temporary, "w") as f,
+  ):
     json.dump(scores, f, indent=1)
   jax.clear_caches()
   return draft

@@ -8,6 +8,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from specsample.files import replacing
 from specsample.models.decoder_only import DecoderOnly
 from specsample.train.distill_decoder import parameter_count
 from specsample.train.smollm2_data import (
@@ -61,7 +62,10 @@ def write_metrics(options: TokenDraftOptions, draft: DecoderOnly) -> dict:
                    "prompt_weight", "train_minutes", "max_new_tokens")}},
     "validation_agreement": validation,
   }  # fmt: skip
-  with open(os.path.join(options.bundle, "metrics.json"), "w") as f:
+  with (
+    replacing(os.path.join(options.bundle, "metrics.json")) as temporary,
+    open(temporary, "w") as f,
+  ):
     json.dump(metrics, f, indent=2)
   log(f"metrics -> {os.path.join(options.bundle, 'metrics.json')}")
   return metrics
@@ -155,5 +159,8 @@ responses, by task:
 
 def write_card(options: TokenDraftOptions, metrics: dict) -> None:
   """bundle/MODEL_CARD.md."""
-  with open(os.path.join(options.bundle, "MODEL_CARD.md"), "w") as f:
+  with (
+    replacing(os.path.join(options.bundle, "MODEL_CARD.md")) as temporary,
+    open(temporary, "w") as f,
+  ):
     f.write(card_text(metrics))

@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from specsample.data import chat_prompts
+from specsample.files import replacing
 from specsample.models.decoder_only import DecoderOnly
 from specsample.train import distill_decoder as dd
 from specsample.train.optim import make_optimizer
@@ -163,7 +164,7 @@ def stage_generate(options: TokenDraftOptions, target, tokenizer) -> None:
     "prompt_positions_labelled": sum(len(r.get("prompt_top_ids", [])) for r in records),
     "greedy_responses": sum(r["temperature"] == 0 for r in records),
   }
-  with open(stats_path, "w") as f:
+  with replacing(stats_path) as temporary, open(temporary, "w") as f:
     json.dump(stats, f)
 
 
@@ -202,7 +203,7 @@ def stage_vocab(options: TokenDraftOptions, tokenizer) -> None:
   )
   record = {"size": options.output_vocab, "coverage": held_out, "coverage_train": coverage,
             "ids": ids.tolist(), "response_tokens": sum(map(len, responses))}  # fmt: skip
-  with open(path, "w") as f:
+  with replacing(path) as temporary, open(temporary, "w") as f:
     json.dump(record, f)
   log(f"vocab: {options.output_vocab} tokens; response-token coverage by size: validation "
       f"{held_out}, train {coverage}")  # fmt: skip
@@ -278,7 +279,10 @@ def stage_train(options: TokenDraftOptions, target: DecoderOnly) -> DecoderOnly:
         progress=progress, checkpoint=checkpoint, checkpoint_every=100,
       )  # fmt: skip
     minutes = (time.time() - begin) / 60
-    with open(os.path.join(options.work, "train_log.json"), "w") as f:
+    with (
+      replacing(os.path.join(options.work, "train_log.json")) as temporary,
+      open(temporary, "w") as f,
+    ):
       json.dump({"history": history, "minutes": minutes, "responses": len(examples),
                  "response_tokens": tokens, "settings": dataclasses.asdict(options)},
                 f)  # fmt: skip
@@ -287,7 +291,10 @@ def stage_train(options: TokenDraftOptions, target: DecoderOnly) -> DecoderOnly:
   scores = agreement_by_task(lambda items: dd.agreement(draft, [r for _, r in items]),
                              validation, task=lambda item: item[0])  # fmt: skip
   log(f"train: validation agreement {json.dumps(scores)}")
-  with open(os.path.join(options.work, "validation.json"), "w") as f:
+  with (
+    replacing(os.path.join(options.work, "validation.json")) as temporary,
+    open(temporary, "w") as f,
+  ):
     json.dump(scores, f, indent=1)
   jax.clear_caches()
   return draft
