@@ -401,3 +401,34 @@ def test_an_input_file_that_is_not_utf8_names_the_line(tmp_path, capsys, nothing
   inputs.write_bytes(b"Open the file\nCaf\xe9 au lait\n")
   line = refused(["generate", "--input-file", str(inputs)], capsys)
   assert f"--input-file {inputs} is not UTF-8 text: line 2 has the byte 0xe9" in line
+
+
+def test_bench_input_files_name_the_bad_line(tmp_path):
+  """A JSONL prompt that is not text, a line that is not JSON, an escaped lone surrogate:
+  refused naming the file's own line (not the JSON parser's "line 1")."""
+  from specsample.cli.bench import bench_inputs
+
+  good = json.dumps({"prompt": "Say hi", "task": "chat"})
+  cases = [
+    ('{"prompt": 5}', "line 3: every line needs a JSON object with a text 'prompt'"),
+    ('{"prompt": "a", oops}', "line 3: every line needs a JSON object with a text 'prompt'"),
+    ('{"prompt": "x\\ud800"}', "line 3 has a lone surrogate U+D800 at character 2"),
+  ]
+  for bad, expected in cases:
+    records = tmp_path / "inputs.jsonl"
+    records.write_text(f"{good}\n\n{bad}\n{good}\n")
+    with pytest.raises(ValueError) as caught:
+      bench_inputs(str(records), 8)
+    assert f"{records} {expected}" in str(caught.value), str(caught.value)
+  assert "line 1: " in _message(bench_inputs, tmp_path, '{"prompt": "a", oops}')
+  assert "(column 17: Expecting property name" in _message(
+    bench_inputs, tmp_path, '{"prompt": "a", oops}'
+  )
+
+
+def _message(function, tmp_path, line: str) -> str:
+  records = tmp_path / "one.jsonl"
+  records.write_text(line + "\n")
+  with pytest.raises(ValueError) as caught:
+    function(str(records), 8)
+  return str(caught.value)

@@ -7,7 +7,7 @@ import pathlib
 import sys
 
 from specsample.cli.limits import check_prompt_lengths, target_context
-from specsample.cli.options import UsageError
+from specsample.cli.options import UsageError, check_text
 
 REPORT_FILES = (
   "report.json", "report.md", "speedup_vs_gamma.png", "acceptance_histogram.png",
@@ -26,18 +26,27 @@ def bench_inputs(input_file: str, num_prompts: int, tasks: list[str] | None = No
   path = pathlib.Path(input_file)
   if path.is_dir() or not path.exists():
     raise UsageError(f"--input-file {input_file}: not a file")
-  text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no part of the input
-  lines = [line for line in text.splitlines() if line.strip()]
+  try:
+    text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no part of the input
+  except UnicodeDecodeError as error:
+    line = error.object[: error.start].count(b"\n") + 1
+    raise UsageError(f"{input_file} is not UTF-8 text: line {line} ({error.reason})") from None
+  numbered = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+  lines = [line for _, line in numbered]
   if path.suffix == ".jsonl":
-    try:
-      records = [_prompt_and_task(json.loads(line)) for line in lines]
-      texts = [prompt for prompt, task in records if not tasks or task in tasks]
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, IndexError) as error:
-      message = (
-        f"{input_file}: every line needs a JSON object with a 'prompt' (or Spec-Bench's "
-        f"'turns') ({error})"
-      )
-      raise UsageError(message) from None
+    records = []
+    for number, line in numbered:
+      try:
+        records.append(_prompt_and_task(json.loads(line)))
+      except (json.JSONDecodeError, KeyError, TypeError, AttributeError, IndexError) as error:
+        if isinstance(error, json.JSONDecodeError):
+          error = f"column {error.colno}: {error.msg}"
+        raise UsageError(
+          f"{input_file} line {number}: every line needs a JSON object with a text 'prompt' "
+          f"(or Spec-Bench's 'turns') ({error})"
+        ) from None
+      check_text(records[-1][0], f"{input_file} line {number}")  # "\ud800" escapes
+    texts = [prompt for prompt, task in records if not tasks or task in tasks]
   elif tasks:
     raise UsageError("--tasks needs a JSONL input file (lines with 'prompt' and 'task')")
   else:
@@ -52,7 +61,9 @@ def _prompt_and_task(record: dict) -> tuple[str, str | None]:
   """(prompt, task) of one JSONL record: ours ("prompt", "task") or Spec-Bench's ("turns":
   the first turn; "category")."""
   if "prompt" in record:
-    return str(record["prompt"]), record.get("task")
+    if not isinstance(record["prompt"], str):
+      raise TypeError(f"'prompt' must be text, got {record['prompt']!r}")
+    return record["prompt"], record.get("task")
   turns = record["turns"]
   if not isinstance(turns, list) or not isinstance(turns[0], str):
     raise TypeError(f"'turns' must be a list of strings, got {turns!r}")
