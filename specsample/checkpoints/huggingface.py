@@ -151,11 +151,20 @@ def read_hf_tensors(directory: str) -> dict[str, np.ndarray]:
   return tensors
 
 
+T5_MODEL_TYPES = ("t5", "mt5", "umt5")
+
+
 def read_hf_config(directory: str, dtype: str = "float32") -> T5Config:
   path = os.path.join(directory, "config.json")
   hf = read_hf_json(path)
-  if hf.get("model_type", "t5") not in ("t5", "mt5", "umt5"):
-    raise CheckpointError(f"{path}: model_type {hf.get('model_type')!r} is not T5")
+  if hf.get("model_type", "t5") not in T5_MODEL_TYPES:
+    from specsample.checkpoints import decoder_only, gemma  # (they import this module)
+
+    readable = sorted({*decoder_only.ARCHITECTURES, *gemma.MODEL_TYPES})
+    raise CheckpointError(
+      f"{path}: model_type {hf.get('model_type')!r} is not one specsample reads (decoder-only: "
+      f"{', '.join(readable)}; T5: {', '.join(T5_MODEL_TYPES)})"
+    )
   try:
     return from_hf_config(hf, dtype=dtype)
   except ValueError as error:
