@@ -401,3 +401,27 @@ def test_generate_streams_to_a_terminal():
   assert before.endswith(text)  # all of it printed before the baseline started
   assert after.startswith("\nalpha ")  # then only the newline, and the statistics
   assert "identical to the target's own greedy output: yes" in after
+
+
+def test_a_batch_shows_its_progress_on_a_terminal():
+  """Several inputs on a terminal: a bar on stderr counts the tokens every row kept, as
+  the compiled loop hands them over; it is gone once the decode returns."""
+  import io
+
+  from rich.console import Console
+
+  import specsample.cli.compare as compare_module
+  from specsample.cli.generate import BatchProgress
+
+  target = MarkovLM.random(3, 7, order=2, scale=2.0, eos_id=EOS)
+  screen = io.StringIO()
+  bar = BatchProgress(4, 12, console=Console(file=screen, force_terminal=True, width=100))
+  settings = SpeculativeSettings.of(gamma=3, max_new_tokens=12, sampling=SamplingConfig(1.0))
+  prompts = [[2, 3], [4], [5, 6, 2], [3]]
+  comparison = compare_module.compare(
+    target, noisy_copy(target, 5), prompts, settings, repeats=1, on_tokens=bar
+  )
+  task = bar._progress.tasks[0]
+  assert task.completed == sum(map(len, comparison.speculative.sequences())) > 4
+  assert task.total == 48 and bar._progress.live.is_started is False  # stopped by compare
+  assert "decoding 4 prompts" in screen.getvalue()

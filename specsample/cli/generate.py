@@ -100,6 +100,39 @@ def text_stream(texts, tokenizer, args) -> StreamedText | None:
   return StreamedText(tokenizer, sys.stdout) if sys.stdout.isatty() else None
 
 
+class BatchProgress:
+  """A progress bar of a batch's decoding on stderr (a sink for `on_tokens`): the tokens
+  kept so far of all rows against rows x max_new_tokens (rows that end at EOS end the bar
+  early). A call only advances a counter; rich's own thread draws. `flush` (compare calls
+  it when the decode returns) removes the bar."""
+
+  def __init__(self, rows: int, max_new_tokens: int, console=None):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    self._progress = Progress(
+      TextColumn(f"decoding {rows} prompts"), BarColumn(), MofNCompleteColumn(),
+      TextColumn("tokens"), TimeElapsedColumn(),
+      console=console or Console(stderr=True), transient=True,
+    )  # fmt: skip
+    self._task = self._progress.add_task("decode", total=rows * max_new_tokens)
+    self._progress.start()
+
+  def __call__(self, row: int, tokens: list[int]) -> None:
+    self._progress.advance(self._task, len(tokens))
+
+  def flush(self) -> None:
+    self._progress.stop()
+
+
+def batch_progress(texts, args) -> BatchProgress | None:
+  """The progress bar of a batch: several inputs, stderr a terminal, no --no-stream, no
+  --mesh (its tokens come by the same host callback as streamed text)."""
+  if not getattr(args, "stream", True) or len(texts) < 2 or getattr(args, "mesh", None):
+    return None
+  return BatchProgress(len(texts), args.max_new_tokens) if sys.stderr.isatty() else None
+
+
 def report(texts, comparison: Comparison, tokenizer, args, streamed=None) -> None:
   outputs = comparison.speculative.sequences()[: len(texts)]  # rows padded for a mesh go
   for source, tokens in zip(texts, outputs, strict=True):
@@ -154,8 +187,8 @@ def run_translate(args) -> int:
   streamed = text_stream(texts, vocab, args)
   comparison = compare(
     target, draft, prompts, settings, speculate=gamma is not None, seed=args.seed,
-    repeats=args.repeats,
-    baseline=not args.no_baseline, on_tokens=streamed,
+    repeats=args.repeats, baseline=not args.no_baseline,
+    on_tokens=streamed or batch_progress(texts, args),
   )  # fmt: skip
   report(texts, comparison, vocab, args, streamed)
   if args.trace:
@@ -228,8 +261,8 @@ def run_generate(args) -> int:
   streamed = text_stream(texts, pair.tokenizer, args)
   comparison = compare(
     target, draft, prompts, settings, speculate=gamma is not None, seed=args.seed,
-    repeats=args.repeats,
-    baseline=not args.no_baseline, prompt_lengths=lengths, on_tokens=streamed,
+    repeats=args.repeats, baseline=not args.no_baseline, prompt_lengths=lengths,
+    on_tokens=streamed or batch_progress(texts, args),
   )  # fmt: skip
   report(texts, comparison, pair.tokenizer, args, streamed)
   if args.trace:
