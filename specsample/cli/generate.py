@@ -253,9 +253,10 @@ def run_generate(args) -> int:
   lengths = None
   if args.mesh:
     target, draft, prompts, lengths = shard(target, draft, prompts, args)
+  # On a mesh, c and r are timed on the sharded prompts each time (not kept).
   gamma = tuned_gamma(
     target, draft, prompts, args, default=pair.gamma, prompt_lengths=lengths,
-    pair_id=pair.id, auto_for_one=not args.mesh,
+    pair_id=None if args.mesh else pair.id, auto_for_one=not args.mesh,
   )  # fmt: skip
   settings = speculative_settings(args, gamma)
   streamed = text_stream(texts, pair.tokenizer, args)
