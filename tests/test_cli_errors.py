@@ -230,7 +230,10 @@ def test_generate_takes_the_weight_format_the_checkpoint_stores(tmp_path, capsys
   assert "identical to the target's own greedy output: yes" in err
   code, err, _ = run([*argv, "--weights", "float32"], capsys)
   assert code == 0, err
-  assert not any(line.startswith("weights:") for line in err)
+  assert err[0] == (
+    "weights: float32 (float32 matrices, as --weights asks; the checkpoint stores bfloat16 "
+    "matrices)"
+  )
   assert "identical to the target's own greedy output: yes" in err
 
 
