@@ -271,6 +271,24 @@ COMMAND = (
 )
 
 
+def signalled(args: list[str], signum: int, seconds: float, cwd) -> tuple:
+  """Runs the command (COMMAND) in `cwd`, sends `signum` `seconds` after its imports;
+  -> (the ended process, its stderr)."""
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONFAULTHANDLER": "1"}
+  process = subprocess.Popen(
+    [sys.executable, "-c", COMMAND, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE, text=True,
+  )  # fmt: skip
+  try:
+    assert process.stdout.readline() == "imported\n"
+    time.sleep(seconds)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
+  finally:
+    process.kill()
+  return process, err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seconds", [0.2, 1.0, 2.5, 4.0, 7.0])
 def test_ctrl_c_at_any_moment_exits_130_with_one_line(seconds, tmp_path):
@@ -278,18 +296,7 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(seconds, tmp_path):
   of `translate` on a 2-core CPU; every one must end the same way, without the segfault
   of an interpreter teardown racing XLA's compile threads)."""
   args = ["translate", "Could not open file %s", "--repeats", "100000"]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONFAULTHANDLER": "1"}
-  process = subprocess.Popen(
-    [sys.executable, "-c", COMMAND, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-    stderr=subprocess.PIPE, text=True,
-  )  # fmt: skip
-  try:
-    assert process.stdout.readline() == "imported\n"
-    time.sleep(seconds)
-    process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=60)
-  finally:
-    process.kill()
+  process, err = signalled(args, signal.SIGINT, seconds, tmp_path)
   assert process.returncode == 130, (process.returncode, err[-3000:])
   assert err.strip().splitlines() == ["specsample translate: interrupted"], err[-3000:]
   assert not list(tmp_path.iterdir())  # no core file, no output
@@ -305,18 +312,7 @@ def test_sigterm_and_sighup_are_answered_as_ctrl_c(name, line, seconds, tmp_path
   line, exit status 128 + the signal, and the trace file the run created is gone."""
   signum = getattr(signal, name)
   args = ["translate", "Could not open file %s", "--repeats", "100000", "--trace", "t.html"]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONFAULTHANDLER": "1"}
-  process = subprocess.Popen(
-    [sys.executable, "-c", COMMAND, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-    stderr=subprocess.PIPE, text=True,
-  )  # fmt: skip
-  try:
-    assert process.stdout.readline() == "imported\n"
-    time.sleep(seconds)
-    process.send_signal(signum)
-    out, err = process.communicate(timeout=60)
-  finally:
-    process.kill()
+  process, err = signalled(args, signum, seconds, tmp_path)
   assert process.returncode == 128 + signum, (process.returncode, err[-3000:])
   assert err.strip().splitlines() == [f"specsample translate: {line}"], err[-3000:]
   assert not list(tmp_path.iterdir())  # no trace file, no core file

@@ -23,12 +23,12 @@ import os
 import pathlib
 import platform
 import sys
-import tempfile
 import time
 
 import jax
 import numpy as np
 
+from specsample import files
 from specsample.bench.costs import interleaved_step_seconds
 
 CACHE_VARIABLE = "SPECSAMPLE_CACHE_DIR"
@@ -138,19 +138,11 @@ def _read(path: pathlib.Path) -> dict:
 
 
 def _write(path: pathlib.Path, records: dict) -> None:
-  """Writes the whole file to a temporary file beside it, then renames it into place: a
-  failed write (a full disk) leaves the old file as it was."""
+  """The whole file, whole or not at all (specsample.files: a failed write, a full disk,
+  leaves the old file as it was)."""
   path.parent.mkdir(parents=True, exist_ok=True)
-  handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-      json.dump(records, out, indent=1, sort_keys=True)
-      out.flush()
-      os.fsync(out.fileno())
-    os.replace(temporary, path)
-  except BaseException:
-    pathlib.Path(temporary).unlink(missing_ok=True)
-    raise
+  with files.replacing(path) as temporary, open(temporary, "w", encoding="utf-8") as out:
+    json.dump(records, out, indent=1, sort_keys=True)
 
 
 def calibrated_costs(
