@@ -27,6 +27,7 @@ setup(
         "specsample/kernels/small_k_matmul.cc",
         "specsample/kernels/attention.cc",
         "specsample/kernels/decoder_layer.cc",
+        "specsample/kernels/token_queue.cc",
       ],
       depends=[
         "specsample/kernels/small_k_matmul.h",

@@ -262,11 +262,13 @@ def test_a_byte_order_mark_is_no_part_of_the_input(tmp_path):
 # Ctrl-C, in a real process: at any moment, exit status 130 and one line.
 
 # The command as its console script runs it (`main()` reads sys.argv), with a line on
-# stdout once specsample and JAX are imported: the signal is timed from there. SIGINT gets
-# Python's own handler first, as in a command typed in a terminal (a runner may start the
-# tests with SIGINT ignored, which the child would inherit).
+# stdout once specsample and JAX are imported: the signal is timed from there. The signals
+# start as in a command typed in a terminal: SIGINT with Python's own handler, SIGTERM and
+# SIGHUP at their defaults (a runner may start the tests with some ignored, `nohup` SIGHUP,
+# which the child would inherit and, as it should, keep ignoring).
 COMMAND = (
   "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+  "signal.signal(signal.SIGTERM, signal.SIG_DFL); signal.signal(signal.SIGHUP, signal.SIG_DFL); "
   "from specsample.cli import main; print('imported', flush=True); sys.exit(main())"
 )
 

@@ -19,7 +19,7 @@ ALLOWED = {
   "core": set(),
   "files": set(),
   "kernels": set(),
-  "decoding": {"core"},
+  "decoding": {"core", "kernels"},
   "models": {"core", "kernels"},
   "checkpoints": {"files", "core", "kernels", "models"},
   "scaling": {"core", "decoding", "kernels", "models", "checkpoints"},

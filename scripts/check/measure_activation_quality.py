@@ -12,6 +12,13 @@ own: how many responses differ, and where the first difference falls.
 
   python scripts/check/measure_activation_quality.py [--max-new-tokens 128] \
       [--out docs/bench/activation_quality.json]
+
+`--ablate` measures instead where 8 bits cost the most: the int8 model with one group of
+products at a time given float32 activations (the output layer; every layer's query/key/
+value, output, gate/up or down products; the first or last layers), each group's mean KL
+and top-1 agreement against the exact model on the same teacher-forced positions.
+
+  python scripts/check/measure_activation_quality.py --ablate [--num-prompts 38]
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ def main() -> int:
   parser.add_argument("--num-prompts", type=int, default=None, help="default: all")
   parser.add_argument("--max-new-tokens", type=int, default=128)
   parser.add_argument("--out", default=None, help="write the results as JSON here")
+  parser.add_argument("--ablate", action="store_true", help="which products cost the most")
   args = parser.parse_args()
 
   import jax
@@ -63,6 +71,9 @@ def main() -> int:
   # Greedy responses of each arithmetic, all prompts in one batch (each row is computed as
   # it would be alone: the kernels are row-count invariant).
   responses = {}
+  if args.ablate:
+    exact = generate(models["exact"], prompts, max_new_tokens=args.max_new_tokens, sampling=greedy)
+    return ablate(models, prompts, exact.sequences())
   for name, model in models.items():
     output = generate(model, prompts, max_new_tokens=args.max_new_tokens, sampling=greedy)
     responses[name] = output.sequences()
@@ -136,6 +147,68 @@ def main() -> int:
   if args.out:
     record = {"args": vars(args), "cpu": cpu_model(), "summary": summary, "prompts": per_prompt}
     pathlib.Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+  return 0
+
+
+# The groups of products given float32 activations, by the parameter paths they hold.
+LAYERS = 30  # SmolLM2-135M's
+ABLATIONS = {
+  "none (the int8 model)": lambda path: False,
+  "output layer (tied embedding)": lambda path: path.startswith("embed/"),
+  "query, key, value": lambda path: path.split("/")[1:2] in (["query"], ["key"], ["value"]),
+  "attention output": lambda path: path.split("/")[1:2] == ["out"],
+  "gate, up": lambda path: path.split("/")[1:2] in (["gate"], ["up"]),
+  "down": lambda path: path.split("/")[1:2] == ["down"],
+  "layers 0-1": lambda path: path.split("/")[0] in ("blocks_0", "blocks_1"),
+  f"layers {LAYERS - 2}-{LAYERS - 1}": lambda path: (
+    path.split("/")[0] in (f"blocks_{LAYERS - 2}", f"blocks_{LAYERS - 1}")
+  ),
+  "output layer, down": lambda path: path.startswith("embed/") or path.endswith("down/kernel"),
+  "everything (the exact model)": lambda path: True,
+}
+
+
+def mixed(int8_model, exact_model, float_products):
+  """The int8 model with the products whose paths satisfy `float_products` taken from the
+  exact model (float32 activations on the same weights)."""
+  import dataclasses
+
+  def pick(node_int8, node_exact, prefix):
+    if isinstance(node_int8, dict):
+      return {k: pick(node_int8[k], node_exact[k], f"{prefix}{k}/") for k in node_int8}
+    return node_exact if float_products(prefix.rstrip("/")) else node_int8
+
+  return dataclasses.replace(int8_model, params=pick(int8_model.params, exact_model.params, ""))
+
+
+def ablate(models, prompts, responses) -> int:
+  import jax
+  import jax.numpy as jnp
+  from rich.progress import track
+
+  @jax.jit
+  def log_probs(model, tokens):  # [1, L] -> [1, L, vocab]
+    return jax.nn.log_softmax(model.forward(tokens), axis=-1)
+
+  batches = []
+  for prompt, response in zip(prompts, responses, strict=True):
+    sequence = prompt + list(response)
+    length = -(-len(sequence) // 64) * 64  # buckets of 64: few compilations
+    tokens = jnp.asarray([sequence + [0] * (length - len(sequence))], jnp.int32)
+    batches.append((tokens, slice(len(prompt) - 1, len(sequence) - 1)))
+  reference = [np.asarray(log_probs(models["exact"], t))[0, span] for t, span in batches]
+  print(f"{len(prompts)} prompts, {sum(len(r) for r in responses)} positions")
+  print("| products with float32 activations | mean KL | top-1 agreement |")
+  print("|---|---|---|")
+  for name, rule in ABLATIONS.items():
+    model = mixed(models["int8"], models["exact"], rule)
+    kls, agree = [], []
+    for (tokens, span), p in track(list(zip(batches, reference, strict=True)), description=name):
+      q = np.asarray(log_probs(model, tokens))[0, span]
+      kls.append(np.sum(np.exp(p) * (p - q), axis=-1))
+      agree.append(p.argmax(-1) == q.argmax(-1))
+    kl, top1 = np.concatenate(kls), np.concatenate(agree)
+    print(f"| {name} | {kl.mean():.5f} | {100 * top1.mean():.2f}% |", flush=True)
   return 0
 
 

@@ -3,8 +3,10 @@
 Decodes the README's prompt with SmolLM2-135M-Instruct and its bundled draft (greedy,
 the pair's gamma, 64 new tokens, as `specsample generate`), speculatively and plainly,
 each in three ways: without streaming; streaming with the tokens dropped (the program's
-cost: one ordered host callback per iteration); and streaming into the command line's
-printer (`StreamedText`: the row decoded and the new text written, here to /dev/null).
+cost: on CPU one push into the native token queue per iteration, elsewhere one ordered
+host callback); and streaming into the command line's printer (`StreamedText`: the
+queue's reader thread hands the tokens over, the row is decoded and the new text written,
+here to /dev/null).
 Compilation is excluded; the rounds run every variant once in turn, so a slow spell of a
 shared machine lands on all of them; the cost is the median of each round's ratio to the
 variant without streaming (and the ratio of the fastest runs, next to it).

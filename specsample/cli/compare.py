@@ -9,7 +9,7 @@ token (bench.timing.measured_speedup).
 Streaming (`on_tokens`) applies to the decode whose output is printed (speculative, or
 plain when speculation is off): its first call hands the tokens to `on_tokens` as they
 are accepted, and its timed runs run the same streaming program with the tokens dropped,
-so the times include the per-iteration host callback but not what the sink does with
+so the times include handing each iteration's tokens out but not what the sink does with
 the tokens (printing happens in the first call, compilation included, which is not
 timed). The baseline never streams.
 """

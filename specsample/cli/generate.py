@@ -94,7 +94,7 @@ class StreamedText:
 
 def text_stream(texts, tokenizer, args) -> StreamedText | None:
   """The sink that streams the text: one input, stdout a terminal, no --no-stream, no
-  --mesh (an ordered host callback needs a single-device program)."""
+  --mesh (streaming takes single-device programs)."""
   if not getattr(args, "stream", True) or len(texts) != 1 or getattr(args, "mesh", None):
     return None
   return StreamedText(tokenizer, sys.stdout) if sys.stdout.isatty() else None
@@ -127,7 +127,7 @@ class BatchProgress:
 
 def batch_progress(texts, args) -> BatchProgress | None:
   """The progress bar of a batch: several inputs, stderr a terminal, no --no-stream, no
-  --mesh (its tokens come by the same host callback as streamed text)."""
+  --mesh (its tokens come by the same stream as streamed text)."""
   if not getattr(args, "stream", True) or len(texts) < 2 or getattr(args, "mesh", None):
     return None
   return BatchProgress(len(texts), args.max_new_tokens) if sys.stderr.isatty() else None

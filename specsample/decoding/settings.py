@@ -42,8 +42,8 @@ class SpeculativeSettings:
     record_trace: record every iteration's draft tokens, accepted count and next token.
     shape: the draft's shape: None (one chain of gamma tokens), `AdaptiveDraft` (up to
       gamma per row) or `DraftTree` (K chains verified as a tree).
-    stream: each iteration hands its kept tokens to the host (decoding.streaming: one
-      ordered callback per iteration; off, none is compiled in).
+    stream: each iteration hands its kept tokens to the host (decoding.streaming: a
+      native queue on CPU, an ordered callback elsewhere; off, nothing is compiled in).
   """
 
   gamma: int

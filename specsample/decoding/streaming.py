@@ -1,13 +1,21 @@
 """Streaming: each iteration of a compiled loop hands the host the tokens it kept.
 
 With streaming on (`SpeculativeSettings.stream`, or `on_tokens=` on the decoding
-functions), the loop body ends with ONE ordered host callback
-(`jax.experimental.io_callback(..., ordered=True)`) that carries what the iteration
-committed: int32[batch, k] tokens (k = gamma + 1 for speculative decoding, 1 for plain)
-and int32[batch] counts, the first counts[row] of a row being the tokens it kept (not past
+functions), the loop body ends by handing the host what the iteration committed:
+int32[batch, k] tokens (k = gamma + 1 for speculative decoding, 1 for plain) and
+int32[batch] counts, the first counts[row] of a row being the tokens it kept (not past
 max_new_tokens, not past its EOS; 0 for rows that are done). The whole generation stays
 one compiled `lax.while_loop`; with streaming off nothing is compiled in and the program
 is the same as without this module.
+
+How the tokens leave the loop. On CPU, with the kernels built, the loop pushes them into a
+native queue (`specsample.kernels.token_queue`: an FFI custom call that copies a few
+integers) and a reader thread of the call hands them to the sink; the loop never waits for
+the host, and the program keeps JAX's fast call path. Elsewhere (an accelerator, or no
+kernels) the loop makes one ordered host callback per iteration
+(`jax.experimental.io_callback(..., ordered=True)`), which runs the sink while the loop
+waits and costs the program JAX's per-call path for programs with callbacks. Either way
+the sink sees every row's tokens in order, all of them before the decoding call returns.
 
 How the callable reaches the compiled program. A compiled program is cached by its static
 arguments and shapes, and a Python function traced into it stays in it: passing the
@@ -21,9 +29,11 @@ the sink of that id. Concurrent calls from several threads hold different ids an
 see each other's tokens; when a call ends nothing of it remains. A program with streaming
 compiles once per settings and shapes, whatever the sinks.
 
-The sink, `on_tokens(row, token_ids)`, runs on the host while the loop waits for it: keep
-it short (queue the work for another thread if it is slow). An exception it raises stops
-the compiled loop at that iteration and is raised again by the decoding call. `stream`
+The sink, `on_tokens(row, token_ids)`, runs on a host thread (the reader's, or the
+callback's while the loop waits): keep it short (queue the work for another thread if it
+is slow). An exception it raises stops the compiled loop (at that iteration with a
+callback, at the next one with the queue; the sink is not called again) and is raised
+again by the decoding call. `stream`
 turns any decoding call that takes `on_tokens` into an iterator of (row, token ids).
 """
 
@@ -31,7 +41,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import itertools
 import logging
 import queue
@@ -44,6 +53,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
+
+from specsample.kernels import token_queue
 
 OnTokens = Callable[[int, list[int]], Any]
 """`on_tokens(row, token_ids)`: a row's newly kept tokens, in order, as they are accepted."""
@@ -62,10 +73,14 @@ class _Sink:
     self.on_tokens = on_tokens
     self.error: BaseException | None = None
 
-  def deliver(self, tokens: np.ndarray, counts: np.ndarray) -> None:
-    """tokens int32[batch, k], counts int32[batch] -> on_tokens per row with new tokens."""
+  def deliver(self, item: np.ndarray) -> None:
+    """item int32[1 + batch + batch * k]: k, the counts int32[batch], the tokens int32[batch,
+    k] -> on_tokens per row with new tokens."""
     if self.on_tokens is None:
       return
+    width = int(item[0])
+    batch = (item.size - 1) // (width + 1)
+    counts, tokens = item[1 : 1 + batch], item[1 + batch :].reshape(batch, width)
     try:
       for row in np.flatnonzero(counts):
         self.on_tokens(int(row), tokens[row, : counts[row]].tolist())
@@ -100,18 +115,17 @@ class _OpenStreams:
 _OPEN_STREAMS = _OpenStreams()
 
 
-def _deliver(packed: jax.Array, *, width: int) -> None:
-  """packed int32[1 + batch + batch * width]: the stream id, the counts, the tokens."""
+def _deliver(packed: jax.Array) -> None:
+  """The host callback: packed int32[2 + batch + batch * k]: the stream id, then the item."""
   packed = np.asarray(packed)
   sink = _OPEN_STREAMS.get(int(packed[0]))
   if sink is not None:  # None: a program run outside open_stream; its tokens are dropped
-    batch = (packed.size - 1) // (width + 1)
-    tokens = packed[1 + batch :].reshape(batch, width)
-    sink.deliver(tokens, packed[1 : 1 + batch])
+    sink.deliver(packed[1:])
 
 
 def emit(stream_id: jax.Array, tokens: jax.Array, counts: jax.Array) -> None:
-  """Inside a compiled loop: hands one iteration's kept tokens to the call's sink.
+  """Inside a compiled loop: hands one iteration's kept tokens to the call's sink (the
+  native queue's push on CPU where it is built, else an ordered host callback).
 
   Args:
     stream_id: int32[] from `open_stream`, passed into the program as an argument.
@@ -119,10 +133,14 @@ def emit(stream_id: jax.Array, tokens: jax.Array, counts: jax.Array) -> None:
     counts: int32[batch] how many of them each row kept (0..k).
   """
   # One array, not three: the callback's cost is mostly a conversion per argument.
+  width = jnp.full((1,), tokens.shape[1], jnp.int32)
   packed = jnp.concatenate(
-    [jnp.reshape(stream_id, (1,)), counts, tokens.reshape(-1)], dtype=jnp.int32
+    [jnp.reshape(stream_id, (1,)), width, counts, tokens.reshape(-1)], dtype=jnp.int32
   )
-  io_callback(functools.partial(_deliver, width=tokens.shape[1]), None, packed, ordered=True)
+  if token_queue.available():
+    token_queue.push(packed)
+  else:
+    io_callback(_deliver, None, packed, ordered=True)
 
 
 @contextlib.contextmanager
@@ -136,13 +154,22 @@ def open_stream(on_tokens: OnTokens | None) -> Iterator[np.int32]:
   """
   sink = _Sink(on_tokens)
   stream_id = _OPEN_STREAMS.add(sink)
+  # Without a sink nothing opens the queue: the program's pushes are dropped.
+  native = on_tokens is not None and token_queue.available()
+  reader = token_queue.Reader(stream_id, sink.deliver) if native else None
+  ended = False
   try:
     yield np.int32(stream_id)
+    ended = True
   except Exception:
+    if reader is not None:
+      reader.finish(stop=True)
     if sink.error is not None:
       raise sink.error from None
     raise
   finally:
+    if reader is not None:  # every token delivered (or, if the wait failed, the loop stopped)
+      reader.finish(stop=not ended)
     _OPEN_STREAMS.remove(stream_id)
   if sink.error is not None:  # the sink failed yet the program did not say so
     raise sink.error

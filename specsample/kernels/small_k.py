@@ -37,15 +37,15 @@ is read once, when the kernel is first looked for.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import functools
-import importlib.util
 import math
 import os
 
 import jax
 import jax.numpy as jnp
+
+from specsample.kernels import native
 
 # Row limits per instruction set, (matmul, matmul_transposed), from side-by-side timings
 # against XLA's product (scripts/dev/measure_small_k_kernel.py --all-rows). AVX-512, on a
@@ -87,7 +87,6 @@ _SYMBOLS = {
   "specsample_int8_attention_mlp": "SpecsampleInt8AttentionMlp",
 }
 WEIGHT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))  # what the kernels take
-_EXTENSION = "specsample.kernels._small_k_matmul"
 ENV_VARIABLE = "SPECSAMPLE_MATMUL"  # "xla": never use the kernel
 ISA_VARIABLE = "SPECSAMPLE_SMALL_K_ISA"  # "avx2": the AVX2 kernels even on an AVX-512 CPU
 # The instruction sets, best first, as small_k_matmul.h numbers them (enum class Isa).
@@ -114,20 +113,17 @@ def _load() -> _Loaded:
   requested = os.environ.get(ISA_VARIABLE) or "auto"
   if requested != "auto" and requested not in _ISA_CODES:
     raise ValueError(f"{ISA_VARIABLE}={requested!r}: expected auto, {', '.join(_ISA_CODES)}")
-  spec = importlib.util.find_spec(_EXTENSION)
-  if spec is None or spec.origin is None:
-    return _Loaded(None, "the extension was not built (no C++ compiler at install time?)")
   try:
-    library = ctypes.CDLL(spec.origin)
-  except OSError as error:  # e.g. built for another machine
-    return _Loaded(None, f"the extension {spec.origin} does not load: {error}")
+    library = native.library()
+  except native.NativeUnavailable as error:
+    return _Loaded(None, str(error))
   try:
     cpu_bits = library.SpecsampleSmallKMatmulCpuIsas()
     use_isa = library.SpecsampleSmallKMatmulUseIsa
     integer_isa = library.SpecsampleSmallKMatmulIntIsa
     handlers = {target: getattr(library, symbol) for target, symbol in _SYMBOLS.items()}
   except AttributeError:  # built from older sources
-    return _Loaded(None, f"the extension {spec.origin} is out of date (pip install -e . again)")
+    return _Loaded(None, native.out_of_date())
   cpu_isas = tuple(isa for isa, code in _ISA_CODES.items() if cpu_bits >> code & 1)
   code = use_isa(_ISA_CODES.get(requested, 0))  # 0: the best this CPU has
   if code == 0:
