@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from specsample import api
 from specsample.bench import calibration, tuning
 from specsample.core import SamplingConfig, theoretical_speedup
 from specsample.kernels import small_k
@@ -164,10 +165,39 @@ def test_the_probe_reads_a_bounded_sample_of_a_large_batch(monkeypatch):
     return decode(target, draft, prompts, settings, **kwargs)
 
   monkeypatch.setattr(tuning, "speculative_decode", recorded)
-  prompts = [[1 + i % 5, 2 + i % 3] * (1 + i % 4) for i in range(200)]
+  prompts = [[1 + i % 5, 2 + i % 3] * (1 + i % 4) for i in range(tuning.MAX_WEIGHED_ROWS_CPU)]
   choice = tuning.tune_gamma(target, draft, prompts, pair_id="toy", sampling=GREEDY)
   (((rows, width), new_tokens),) = probed
   assert rows == tuning.PROBE_PROMPTS and new_tokens == tuning.PROBE_NEW_TOKENS
   assert width <= 8  # cut to the probed prompts' own width
   assert 0.0 <= choice.alpha <= 1.0
   assert f"probe of {tuning.PROBE_PROMPTS} prompts" in choice.summary()
+
+
+def test_a_large_batch_on_a_cpu_decodes_plainly_unmeasured(monkeypatch):
+  """Above MAX_WEIGHED_ROWS_CPU rows nothing is probed or timed (at 200 rows that took
+  1,000 s to find that no gamma pays); gamma "auto" decodes plainly and says why."""
+  target, draft = pair()
+
+  def unexpected(*args, **kwargs):
+    raise AssertionError("a large batch was measured")
+
+  for name in ("probe_alpha", "calibrated_costs", "_costs_on"):
+    monkeypatch.setattr(tuning, name, unexpected)
+  prompts = [[1 + i % 5, 2] for i in range(tuning.MAX_WEIGHED_ROWS_CPU + 1)]
+  choice = tuning.tune_gamma(target, draft, prompts, pair_id="toy", sampling=GREEDY)
+  assert not choice.pays
+  assert f"{len(prompts)} rows" in choice.why_plain() and "plainly" in choice.why_plain()
+  plain_calls = []
+  plain = api.generate
+
+  def recorded(model, prompts, **kwargs):
+    plain_calls.append(len(prompts))
+    return plain(model, prompts, **kwargs)
+
+  monkeypatch.setattr(api, "generate", recorded)
+  out = api.speculative_generate(
+    target, draft, prompts, gamma="auto", max_new_tokens=6, sampling=GREEDY
+  )
+  assert plain_calls == [len(prompts)]
+  assert out.sequences() == plain(target, prompts, max_new_tokens=6, sampling=GREEDY).sequences()

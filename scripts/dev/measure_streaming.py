@@ -11,7 +11,10 @@ Compilation is excluded; the rounds run every variant once in turn, so a slow sp
 shared machine lands on all of them; the cost is the median of each round's ratio to the
 variant without streaming (and the ratio of the fastest runs, next to it).
 
-  python scripts/dev/measure_streaming.py --repeats 15
+  python scripts/dev/measure_streaming.py --repeats 15 [--callback]
+
+--callback: the host callback that accelerators and installs without the kernels take,
+in place of the native token queue (to compare the two ways on one machine).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from specsample.bench import time_calls
 from specsample.cli.generate import StreamedText
 from specsample.core import SamplingConfig
 from specsample.decoding import speculative_decode
+from specsample.kernels import token_queue
 from specsample.pairs import load_pair
 
 PROMPT = (
@@ -41,7 +45,13 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--repeats", type=int, default=15)
   parser.add_argument("--max-new-tokens", type=int, default=64)
+  parser.add_argument("--callback", action="store_true", help="the host callback, not the queue")
   args = parser.parse_args()
+  if args.callback:
+    token_queue.available = lambda: False  # read when a program is traced and run
+  way = "host callback" if args.callback else "native queue"
+  print(f"streaming through the {way}" if token_queue.available() or args.callback else
+        "the native queue is not built here: streaming through the host callback")  # fmt: skip
 
   pair = load_pair()
   prompts = [pair.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}])]

@@ -11,12 +11,19 @@ size when the caller names the pair (`pair_id`: bench.calibration keeps them in 
 cache directory), else on the probe's prompts each time. The chosen gamma maximises
 E[n + 1] / (gamma * c + r(gamma + 1)); speculation is used only where that prediction
 clears a margin for what the model leaves out (`min_predicted_speedup`).
+
+On a CPU a batch of more than MAX_WEIGHED_ROWS_CPU rows is not weighed: it decodes
+plainly, without a probe or a calibration. There a verify call's rows cost nearly what as
+many plain steps cost (SmolLM2 at 200 rows on a 2-core AVX2 EPYC: r(2) 1.54, the best
+gamma predicted at 0.95x, after 1,000 s of calibration at that size: docs/usage.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import jax
 import numpy as np
 
 from specsample.bench.calibration import MAX_GAMMA, Costs, calibrated_costs
@@ -36,6 +43,7 @@ PROBE_PROMPTS = 4  # prompts of the alpha probe run (at most, spread over the ba
 # 0.85-0.9 (docs/benchmarks.md, "efficiency"; docs/smollm2.md), so 1.15x.
 MIN_PREDICTED_SPEEDUP = 1.4
 MIN_PREDICTED_SPEEDUP_ONE_ROW = 1.15
+MAX_WEIGHED_ROWS_CPU = 8  # larger batches decode plainly on a CPU, unmeasured
 
 
 def min_predicted_speedup(batch: int) -> float:
@@ -55,15 +63,28 @@ class GammaChoice:
   threshold: float = MIN_PREDICTED_SPEEDUP  # the margin speculation must clear
   alpha_source: str = "probe"  # "known" (given) or "probe on N prompts"
   costs_source: str = "measured now"  # or "kept from <date>" (bench.calibration)
+  not_weighed: str = ""  # why nothing was measured (then speculation does not pay)
 
   @property
   def pays(self) -> bool:
     """Whether speculating is predicted to beat plain decoding by the margin the loop's
     overhead leaves (`threshold` at the chosen gamma)."""
-    return self.predicted_speedup[self.gamma] >= self.threshold
+    return not self.not_weighed and self.predicted_speedup[self.gamma] >= self.threshold
+
+  def why_plain(self) -> str:
+    """One line: why plain decoding is chosen (when speculation does not pay)."""
+    if self.not_weighed:
+      return f"decoding plainly: {self.not_weighed}"
+    return (
+      f"speculation is not predicted to pay here (best gamma {self.gamma}: "
+      f"{self.predicted_speedup[self.gamma]:.2f}x, below {self.threshold:.2f}x): "
+      "decoding plainly"
+    )
 
   def summary(self) -> str:
     """One line: the choice and the figures it came from."""
+    if self.not_weighed:
+      return f"gamma auto -> {self.gamma}, not weighed: {self.not_weighed}"
     predicted = ", ".join(f"{g}: {s:.2f}x" for g, s in self.predicted_speedup.items())
     return (
       f"gamma auto -> {self.gamma} (alpha {self.alpha:.2f} {self.alpha_source}, c {self.c:.3f}, "
@@ -144,6 +165,13 @@ def tune_gamma(
     prompt_pad_id=prompt_pad_id(target),
   )
   batch = padded.shape[0]
+  if batch > MAX_WEIGHED_ROWS_CPU and jax.default_backend() == "cpu":
+    why = (
+      f"{batch} rows, and gamma auto weighs speculation for at most {MAX_WEIGHED_ROWS_CPU} "
+      "rows on a CPU (larger batches make verify calls as dear as plain steps; "
+      "--gamma N speculates anyway)"
+    )
+    return GammaChoice(PROBE_GAMMA, math.nan, math.nan, {}, {}, not_weighed=why)
   if alpha is None:
     alpha, probed = probe_alpha(
       target, draft, padded, lengths, sampling=sampling, verification=verification, seed=seed

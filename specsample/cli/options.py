@@ -282,14 +282,10 @@ def tuned_gamma(
     pair_id=pair_id,
     recalibrate=getattr(args, "recalibrate", False),
   )
-  print(f"{choice.summary()} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+  if not choice.not_weighed:
+    print(f"{choice.summary()} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
   if not choice.pays and not args.trace:
-    print(
-      f"speculation is not predicted to pay here (best gamma {choice.gamma}: "
-      f"{choice.predicted_speedup[choice.gamma]:.2f}x, below {choice.threshold:.2f}x): "
-      "decoding plainly",
-      file=sys.stderr,
-    )
+    print(choice.why_plain(), file=sys.stderr)
     return None
   return choice.gamma
 
