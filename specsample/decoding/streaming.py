@@ -156,9 +156,9 @@ def open_stream(on_tokens: OnTokens | None) -> Iterator[np.int32]:
   stream_id = _OPEN_STREAMS.add(sink)
   # Without a sink nothing opens the queue: the program's pushes are dropped.
   native = on_tokens is not None and token_queue.available()
-  reader = token_queue.Reader(stream_id, sink.deliver) if native else None
-  ended = False
+  reader, ended = None, False
   try:
+    reader = token_queue.Reader(stream_id, sink.deliver) if native else None
     yield np.int32(stream_id)
     ended = True
   except Exception:
