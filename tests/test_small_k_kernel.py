@@ -9,8 +9,6 @@ them in turn (conftest.py), as SPECSAMPLE_SMALL_K_ISA does when the kernel is lo
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import os
 import subprocess
 import sys
@@ -20,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specsample.kernels import small_k
+from specsample.kernels import native, small_k
 
 CPU_ISAS = small_k.supported_instruction_sets()  # () when the extension is not built
 
@@ -112,7 +110,7 @@ def test_the_handlers_refuse_to_run_without_an_instruction_set():
   x, w = np.ones((3, 8), np.float32), np.ones((8, 5), np.float32)
   product = _jit(small_k.matmul)
   np.testing.assert_array_equal(product(x, w), x @ w)
-  library = ctypes.CDLL(importlib.util.find_spec(small_k._EXTENSION).origin)  # the same one
+  library = native.library()  # the one the kernels registered from
   try:
     assert library.SpecsampleSmallKMatmulUseIsa(99) == 0  # no such instruction set
     # (XLA reports the handler's UNIMPLEMENTED error as a ValueError)
@@ -344,12 +342,13 @@ def test_accelerator_programs_never_contain_the_custom_call():
 def test_without_the_extension_every_product_goes_to_xla(monkeypatch):
   # An install without a C++ compiler has no extension: products must still work (XLA's),
   # and why_not_available must say why.
-  real_find_spec = small_k.importlib.util.find_spec
+  real_find_spec = native.importlib.util.find_spec
 
   def find_spec(name, *args):
-    return None if name == small_k._EXTENSION else real_find_spec(name, *args)
+    return None if name == native.EXTENSION else real_find_spec(name, *args)
 
-  monkeypatch.setattr(small_k.importlib.util, "find_spec", find_spec)
+  monkeypatch.setattr(native.importlib.util, "find_spec", find_spec)
+  native._load.cache_clear()
   small_k._load.cache_clear()
   try:
     assert not small_k.kernel_available()
@@ -360,5 +359,6 @@ def test_without_the_extension_every_product_goes_to_xla(monkeypatch):
     np.testing.assert_allclose(jax.jit(lambda a, b: small_k.matmul(a, b))(x, w), x @ w)
   finally:
     monkeypatch.undo()
+    native._load.cache_clear()
     small_k._load.cache_clear()  # registers the targets again (idempotent)
   assert "not built" not in (small_k.why_not_available() or "")
