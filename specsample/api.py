@@ -54,7 +54,8 @@ def speculative_generate(
       machine, and the gamma the speedup model prefers (`specsample.bench.tune_gamma`;
       pass its `pair_id` there to keep c and r between calls); where no gamma is
       predicted to pay by a margin (`GammaChoice.pays`: 1.15x for one prompt, 1.4x for
-      a batch; a weak draft, a slow verify call), the batch is decoded
+      a batch; a weak draft, a slow verify call), or where a CPU gets more than 8
+      prompts (not weighed: `tuning.MAX_WEIGHED_ROWS_CPU`), the batch is decoded
       plainly and `output.stats.gamma` is 0 (not with trace, adaptive or tree). That
       costs a probe run and a few compilations per call: when decoding many batches,
       tune once and pass the number. The gamma used is `output.stats.gamma`.
