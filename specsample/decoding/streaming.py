@@ -156,20 +156,20 @@ def open_stream(on_tokens: OnTokens | None) -> Iterator[np.int32]:
   stream_id = _OPEN_STREAMS.add(sink)
   # Without a sink nothing opens the queue: the program's pushes are dropped.
   native = on_tokens is not None and token_queue.available()
-  reader, ended = None, False
   try:
     reader = token_queue.Reader(stream_id, sink.deliver) if native else None
-    yield np.int32(stream_id)
-    ended = True
+    ended = False
+    try:
+      yield np.int32(stream_id)
+      ended = True
+    finally:
+      if reader is not None:  # every token delivered (if the wait failed, the loop stopped)
+        reader.finish(stop=not ended)
   except Exception:
-    if reader is not None:
-      reader.finish(stop=True)
     if sink.error is not None:
       raise sink.error from None
     raise
   finally:
-    if reader is not None:  # every token delivered (or, if the wait failed, the loop stopped)
-      reader.finish(stop=not ended)
     _OPEN_STREAMS.remove(stream_id)
   if sink.error is not None:  # the sink failed yet the program did not say so
     raise sink.error

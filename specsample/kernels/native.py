@@ -39,4 +39,5 @@ def library() -> ctypes.CDLL:
 
 def out_of_date() -> str:
   """The reason to give when the library lacks a symbol its Python side expects."""
-  return f"the extension {library()._name} is out of date (pip install -e . again)"
+  origin = importlib.util.find_spec(EXTENSION).origin
+  return f"the extension {origin} is out of date (pip install -e . again)"

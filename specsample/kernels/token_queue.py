@@ -69,9 +69,8 @@ def push(packed: jax.Array) -> None:
 class Reader:
   """Hands the items pushed under `stream_id` to `deliver`, in order, on its own thread.
 
-  Use as a context manager around the program's run: the program must have ended (its
-  results ready) when the block ends; leaving the block delivers what is left, then
-  forgets the queue. `error` holds what `deliver` raised, if it did.
+  Call `finish()` once the program has ended (its results ready): it delivers what is
+  left, then forgets the queue. `error` holds what `deliver` raised, if it did.
   """
 
   def __init__(self, stream_id: int, deliver: Callable[[np.ndarray], None]):
@@ -114,9 +113,3 @@ class Reader:
     self._library.SpecsampleStreamFinish(self._id)
     self._thread.join()
     self._library.SpecsampleStreamClose(self._id)
-
-  def __enter__(self) -> Reader:
-    return self
-
-  def __exit__(self, error_type, *_) -> None:
-    self.finish(stop=error_type is not None)
