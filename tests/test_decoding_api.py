@@ -221,11 +221,11 @@ def test_clear_compiled_programs_drops_the_cached_loops():
   speculative_generate(model, model, [[1, 2]], gamma=2, max_new_tokens=3)
   generate(model, [[1, 2]], max_new_tokens=3)
   assert speculative.speculative_program._cache_size() >= 1
-  assert autoregressive._generate_compiled._cache_size() >= 1
+  assert autoregressive.generate_program._cache_size() >= 1
   clear_compiled_programs(speculative_only=True)
   assert speculative.speculative_program._cache_size() == 0
-  assert autoregressive._generate_compiled._cache_size() >= 1
+  assert autoregressive.generate_program._cache_size() >= 1
   clear_compiled_programs()
-  assert autoregressive._generate_compiled._cache_size() == 0
+  assert autoregressive.generate_program._cache_size() == 0
   out = speculative_generate(model, model, [[1, 2]], gamma=2, max_new_tokens=3)
   assert int(out.lengths[0]) == 3  # compiles again and still decodes

@@ -11,12 +11,12 @@ from distribution_check import fit
 from flax import struct
 
 from specsample import SamplingConfig, generate, speculative_generate
+from specsample.checkpoints.errors import CheckpointError
 from specsample.checkpoints.feature_draft import (
   is_feature_draft_dir,
   load_feature_draft,
   save_feature_draft,
 )
-from specsample.checkpoints.t5_params import CheckpointError
 from specsample.models import DecoderOnly, DecoderOnlyConfig, MarkovLM
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.toy import MarkovFeatureDraft

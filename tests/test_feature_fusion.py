@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from specsample import SamplingConfig, generate, speculative_generate
+from specsample.checkpoints.errors import CheckpointError
 from specsample.checkpoints.feature_draft import (
   feature_target,
   load_feature_draft,
   save_feature_draft,
 )
-from specsample.checkpoints.t5_params import CheckpointError
 from specsample.models import DecoderOnly, DecoderOnlyConfig, FeatureDraft
 from specsample.models.feature_draft import with_fusion
 from specsample.models.lookup_draft import LookupThenModel

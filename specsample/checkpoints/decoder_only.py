@@ -1,12 +1,11 @@
 """Decoder-only checkpoints in Hugging Face names (directories, and GGUF files read into
-them by `gguf.read_gguf`) as `DecoderOnly` models, and back.
+them by `architectures.read_gguf`) as `DecoderOnly` parameters, and back.
 
-`config_from_hf(hf)` reads a `config.json` dict of `LlamaForCausalLM` (SmolLM2, Llama 2/3/
-3.x with rope scaling), `MistralForCausalLM` (sliding window), `Qwen2ForCausalLM` (q/k/v
-biases) or `Qwen3ForCausalLM` (q/k norms), in transformers 4 or 5 spelling (`rope_theta`
-+ `rope_scaling`, or `rope_parameters`). `params_from_hf(tensors, config)` maps the
-tensors onto the model's parameters ([out, in] matrices transposed to [in, out]) and
-insists on exactly the tensors the config needs, with exactly their shapes.
+The config comes from the architecture's family (`architectures.config_from_hf`);
+`params_from_hf(tensors, config)` maps the tensors (in Llama's names:
+`architectures.llama_names`) onto the model's parameters ([out, in] matrices transposed to
+[in, out]) and insists on exactly the tensors the config needs, with exactly their shapes.
+`save_hf_decoder_only` writes a model as a Llama-family Hugging Face directory.
 """
 
 from __future__ import annotations
@@ -19,23 +18,18 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.checkpoints import gemma
-from specsample.checkpoints.huggingface import write_safetensors
-from specsample.checkpoints.t5_params import CheckpointError
+from specsample.checkpoints.architectures.llama import HF_CLASSES, OUTPUT_VOCAB_KEY
+from specsample.checkpoints.errors import CheckpointError
+from specsample.checkpoints.formats.safetensors import write_safetensors
 from specsample.files import FileSet
 from specsample.kernels.blocks import BlockMatrix, from_numpy
 from specsample.kernels.int8_blocks import Int8BlockMatrix, from_gguf_blocks
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+from specsample.models.decoder_only.network import parameter_shapes
 
 # How GGUF blocks kept in memory are multiplied (params_from_hf, load_model).
 ACTIVATIONS = ("float32", "int8")
 
-ARCHITECTURES = {
-  "llama": "LlamaForCausalLM",
-  "mistral": "MistralForCausalLM",
-  "qwen2": "Qwen2ForCausalLM",
-  "qwen3": "Qwen3ForCausalLM",
-}
 # HF names inside model.layers.{i}. -> (our name inside blocks_{i}/, transposed).
 _LAYER_NAMES = {
   "input_layernorm.weight": ("attention_norm/scale", False),
@@ -50,7 +44,7 @@ _LAYER_NAMES = {
   "self_attn.q_norm.weight": ("query_norm/scale", False),
   "self_attn.k_norm.weight": ("key_norm/scale", False),
   "post_attention_layernorm.weight": ("mlp_norm/scale", False),
-  # Gemma's post-norms (checkpoints.gemma.llama_style_names gives them these names).
+  # Gemma's post-norms (architectures.gemma3.llama_style_names gives them these names).
   "post_attention_norm.weight": ("post_attention_norm/scale", False),
   "post_feedforward_norm.weight": ("post_mlp_norm/scale", False),
   "mlp.gate_proj.weight": ("gate/kernel", True),
@@ -67,95 +61,12 @@ _GLOBAL_NAMES = {
   # specsample's own: the token ids of a reduced output layer (config output_vocab_size).
   "lm_head.token_ids": ("output_ids", False),
 }
-# config.json keys of specsample's own (transformers ignores them).
-OUTPUT_VOCAB_KEY = "specsample_output_vocab_size"
+# config.json keys of specsample's own (transformers ignores them; OUTPUT_VOCAB_KEY is
+# read by `architectures.llama.config_from_hf`).
 SHARED_EMBEDDING_KEY = "specsample_shared_embedding"
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 # Tensors some exports carry that the model recomputes: rotary tables.
 _IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.rotary_emb\..*)$")
-
-
-def is_decoder_only_config(hf: Mapping[str, Any]) -> bool:
-  return hf.get("model_type") in ARCHITECTURES or gemma.is_gemma_config(hf)
-
-
-def _rope(hf: Mapping[str, Any], source: str) -> tuple[float, Any]:
-  """(theta, rope_scaling) from either spelling; CheckpointError for kinds not supported."""
-  parameters = dict(hf.get("rope_parameters") or {})
-  scaling = dict(hf.get("rope_scaling") or {})
-  theta = float(parameters.get("rope_theta", hf.get("rope_theta", 10000.0)))
-  # transformers 5 writes rope_parameters, 4 wrote rope_scaling: a scaled kind in either wins.
-  scaled = parameters.get("rope_type", "default") != "default"
-  settings = parameters if scaled or not scaling else {**parameters, **scaling}
-  kind = settings.pop("rope_type", settings.pop("type", "default"))
-  settings.pop("rope_theta", None)
-  if kind == "default":
-    return theta, None
-  if kind == "linear":
-    return theta, ("linear", (("factor", float(settings["factor"])),))
-  if kind == "llama3":
-    fields = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    missing = [f for f in fields if f not in settings]
-    if missing:
-      raise CheckpointError(f"{source}: llama3 rope scaling lacks {missing}")
-    return theta, ("llama3", tuple((f, float(settings[f])) for f in fields))
-  raise CheckpointError(
-    f"{source}: rope scaling {kind!r} is not supported (supported: default, linear, llama3)"
-  )
-
-
-def config_from_hf(
-  hf: Mapping[str, Any], *, source: str, dtype: str = "float32", rope_frequency_factors=None
-) -> DecoderOnlyConfig:
-  """A Hugging Face `config.json` dict -> DecoderOnlyConfig (CheckpointError if unsupported)."""
-  if gemma.is_gemma_config(hf):  # Gemma 3 text: checkpoints/gemma.py
-    return gemma.config_from_hf(hf, source=source, dtype=dtype)
-  model_type = hf.get("model_type")
-  if model_type not in ARCHITECTURES:
-    known = ", ".join(f"{a} ({t})" for t, a in ARCHITECTURES.items())
-    raise CheckpointError(
-      f"{source}: model_type {model_type!r} ({hf.get('architectures')}) is not supported; "
-      f"decoder-only models: {known}; T5 loads through load_t5"
-    )
-  if hf.get("hidden_act", "silu") != "silu":
-    raise CheckpointError(f"{source}: hidden_act {hf.get('hidden_act')!r}; only silu (SwiGLU)")
-  if model_type == "qwen2" and hf.get("use_sliding_window"):
-    raise CheckpointError(f"{source}: Qwen2's per-layer sliding window is not supported")
-  try:
-    heads = int(hf["num_attention_heads"])
-    d_model = int(hf["hidden_size"])
-    theta, scaling = _rope(hf, source)
-    eos = hf.get("eos_token_id")
-    eos = tuple(eos) if isinstance(eos, list) else eos
-    eos_ids = eos if isinstance(eos, tuple) else (eos,) if eos is not None else ()
-    pad = hf.get("pad_token_id")
-    pad = pad if pad is not None else eos_ids[0] if eos_ids else 0
-    attention_bias = bool(hf.get("attention_bias", False))
-    return DecoderOnlyConfig(
-      vocab_size=int(hf["vocab_size"]),
-      d_model=d_model,
-      num_heads=heads,
-      num_kv_heads=int(hf.get("num_key_value_heads") or heads),
-      head_dim=int(hf.get("head_dim") or d_model // heads),
-      mlp_dim=int(hf["intermediate_size"]),
-      num_layers=int(hf["num_hidden_layers"]),
-      rope_theta=theta,
-      rope_scaling=scaling,
-      rope_frequency_factors=rope_frequency_factors,
-      layer_norm_epsilon=float(hf.get("rms_norm_eps", 1e-6)),
-      tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-      qkv_bias=model_type == "qwen2" or attention_bias,
-      out_bias=attention_bias and model_type != "qwen2",
-      mlp_bias=bool(hf.get("mlp_bias", False)),
-      qk_norm=model_type == "qwen3",
-      sliding_window=hf.get("sliding_window") if model_type == "mistral" else None,
-      output_vocab_size=hf.get(OUTPUT_VOCAB_KEY),
-      eos_id=eos if eos else None,
-      pad_id=int(pad),
-      dtype=dtype,
-    )
-  except (KeyError, TypeError, ValueError) as error:
-    raise CheckpointError(f"{source}: not a usable {model_type} config ({error!r})") from error
 
 
 def hf_name_to_param(name: str) -> tuple[str, bool]:
@@ -187,9 +98,7 @@ def params_from_hf(
   """
   if activations not in ACTIVATIONS:
     raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
-  if config.post_norms:  # Gemma's norm names
-    tensors = gemma.llama_style_names(tensors)
-  expected = config.parameter_shapes()
+  expected = parameter_shapes(config)
   flat: dict[str, np.ndarray] = {}
   if shared_embedding is not None:
     shared = isinstance(shared_embedding, (BlockMatrix, Int8BlockMatrix))
@@ -261,11 +170,11 @@ def param_to_hf_name(path: str) -> tuple[str, bool]:
 
 def hf_config_of(config: DecoderOnlyConfig, *, model_type: str = "llama") -> dict[str, Any]:
   """The `config.json` transformers reads `config` from (transformers 4 and 5 both read it)."""
-  if model_type not in ARCHITECTURES:
-    raise ValueError(f"model_type must be one of {sorted(ARCHITECTURES)}, got {model_type!r}")
+  if model_type not in HF_CLASSES:
+    raise ValueError(f"model_type must be one of {sorted(HF_CLASSES)}, got {model_type!r}")
   eos = list(config.eos_ids) if len(config.eos_ids) > 1 else config.eos_id
   hf = {
-    "architectures": [ARCHITECTURES[model_type]],
+    "architectures": [HF_CLASSES[model_type]],
     "model_type": model_type,
     "vocab_size": config.vocab_size,
     "hidden_size": config.d_model,

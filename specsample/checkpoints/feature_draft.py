@@ -17,9 +17,12 @@ import os
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.checkpoints.decoder_only import OUTPUT_VOCAB_KEY, config_from_hf, hf_config_of
-from specsample.checkpoints.huggingface import read_safetensors, write_safetensors
-from specsample.checkpoints.t5_params import CheckpointError, flatten
+from specsample.checkpoints.architectures import config_from_hf
+from specsample.checkpoints.architectures.llama import OUTPUT_VOCAB_KEY
+from specsample.checkpoints.decoder_only import hf_config_of
+from specsample.checkpoints.errors import CheckpointError
+from specsample.checkpoints.formats.safetensors import read_safetensors, write_safetensors
+from specsample.checkpoints.t5_params import flatten
 from specsample.files import FileSet
 from specsample.kernels import blocks, int8_blocks
 from specsample.models.decoder_only import DecoderOnly

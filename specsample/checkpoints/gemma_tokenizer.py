@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from specsample.checkpoints.t5_params import CheckpointError
+from specsample.checkpoints.errors import CheckpointError
 from specsample.checkpoints.tokenizer import Tokenizer
 
 SPACE = "\u2581"  # SentencePiece's visible space
@@ -36,12 +36,12 @@ def is_gemma_gguf(metadata: dict) -> bool:
 
 def gguf_has_gemma_tokenizer(path: str | os.PathLike) -> bool:
   """Whether a GGUF file embeds a Gemma tokenizer (reads two metadata keys only)."""
-  from specsample.checkpoints.gguf import _reader, _scalar
+  from specsample.checkpoints.formats.gguf import open_reader, scalar
 
   path = os.fspath(path)
-  reader = _reader(path)
+  reader = open_reader(path)
   meta = {
-    key: _scalar(reader, key, path) for key in ("general.architecture", "tokenizer.ggml.model")
+    key: scalar(reader, key, path) for key in ("general.architecture", "tokenizer.ggml.model")
   }
   return is_gemma_gguf(meta)
 
@@ -102,7 +102,7 @@ def gemma_backend(tokens: list[str], types: list[int]):
 def from_gguf(path: str | os.PathLike, metadata: dict | None = None) -> Tokenizer:
   """The Gemma tokenizer a GGUF file embeds (`tokenizer.ggml.*`), with its chat template
   (`tokenizer.chat_template`) where the file has one."""
-  from specsample.checkpoints.gguf import read_gguf_metadata
+  from specsample.checkpoints.formats.gguf import read_gguf_metadata
 
   path = os.fspath(path)
   meta = read_gguf_metadata(path) if metadata is None else metadata

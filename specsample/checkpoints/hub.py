@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from specsample.checkpoints.t5_params import CheckpointError
+from specsample.checkpoints.errors import CheckpointError
 
 # What a loader reads from a model repository (weights, configs, tokenizers).
 MODEL_FILES = (

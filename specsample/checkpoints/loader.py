@@ -7,8 +7,9 @@ import os
 
 import numpy as np
 
+from specsample.checkpoints.errors import CheckpointError
 from specsample.checkpoints.huggingface import read_hf_config, read_hf_params
-from specsample.checkpoints.t5_params import CheckpointError, assemble, infer_config
+from specsample.checkpoints.t5_params import assemble, infer_config
 from specsample.checkpoints.t5x import read_t5x_params
 from specsample.models.decoder_only import DecoderOnly
 from specsample.models.t5 import T5, T5Config, preset
@@ -48,7 +49,7 @@ def load_t5(
   return assemble(flat, config, source=path)
 
 
-def _local_path(path_or_hub_id: str | os.PathLike) -> str:
+def local_path(path_or_hub_id: str | os.PathLike) -> str:
   """A local file or directory for a path, or for a hub id (via the cache)."""
   from specsample.checkpoints.hub import looks_like_hub_id, model_file_in, resolve_hub_id
 
@@ -101,13 +102,9 @@ def load_model(
     products, as llama.cpp computes: `kernels.int8_blocks`). Needs gguf_blocks.
   Raises CheckpointError naming the file and what was expected.
   """
-  from specsample.checkpoints.decoder_only import (
-    SHARED_EMBEDDING_KEY,
-    config_from_hf,
-    is_decoder_only_config,
-    params_from_hf,
-  )
-  from specsample.checkpoints.huggingface import read_hf_json, read_hf_tensors
+  from specsample.checkpoints import architectures
+  from specsample.checkpoints.decoder_only import SHARED_EMBEDDING_KEY, params_from_hf
+  from specsample.checkpoints.formats.safetensors import read_hf_json, read_hf_tensors
 
   if dtype not in ("float32", "bfloat16"):
     raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
@@ -117,22 +114,23 @@ def load_model(
     raise ValueError(f"activations must be 'float32' or 'int8', got {activations!r}")
   if activations == "int8" and not gguf_blocks:
     raise ValueError("activations='int8' needs gguf_blocks=True (it multiplies GGUF blocks)")
-  path = _local_path(path_or_hub_id)
+  path = local_path(path_or_hub_id)
   if is_gguf(path):
-    from specsample.checkpoints.gguf import read_gguf
-
-    hf, tensors = read_gguf(path, blocks=gguf_blocks)
+    hf, tensors = architectures.read_gguf(path, blocks=gguf_blocks)
     factors = tensors.pop("rope_freqs", None)
     factors = None if factors is None else tuple(float(f) for f in np.ravel(factors))
-    config = config_from_hf(hf, source=path, dtype=dtype, rope_frequency_factors=factors)
+    config = architectures.config_from_hf(
+      hf, source=path, dtype=dtype, rope_frequency_factors=factors
+    )
+    tensors = architectures.llama_names(hf, tensors)
     params = params_from_hf(tensors, config, source=path, activations=activations)
     return DecoderOnly(params=params, config=config)
   if is_hf_directory(path):
     hf = read_hf_json(os.path.join(path, "config.json"))
-    if is_decoder_only_config(hf):
+    if architectures.is_decoder_only_config(hf):
       hf = _with_generation_eos(hf, path)
-      config = config_from_hf(hf, source=path, dtype=dtype)
-      tensors = read_hf_tensors(path)
+      config = architectures.config_from_hf(hf, source=path, dtype=dtype)
+      tensors = architectures.llama_names(hf, read_hf_tensors(path))
       if hf.get(SHARED_EMBEDDING_KEY) and shared_embedding is None:
         raise CheckpointError(
           f"{path}: this draft shares its target's input embedding; pass "
@@ -154,11 +152,11 @@ def stored_weight_format(path_or_hub_id: str | os.PathLike) -> str:
   - "float32": anything else (float32 or float16 matrices, T5X checkpoints).
   Reads the files' headers only; raises CheckpointError as `load_model` does.
   """
-  from specsample.checkpoints.huggingface import safetensors_matrix_dtypes
+  from specsample.checkpoints.formats.safetensors import safetensors_matrix_dtypes
 
-  path = _local_path(path_or_hub_id)
+  path = local_path(path_or_hub_id)
   if is_gguf(path):
-    from specsample.checkpoints.gguf import gguf_matrix_types
+    from specsample.checkpoints.formats.gguf import gguf_matrix_types
     from specsample.kernels.blocks import BLOCK_BYTES
 
     types = {name.lower() for name in gguf_matrix_types(path)}
@@ -173,7 +171,7 @@ def stored_weight_format(path_or_hub_id: str | os.PathLike) -> str:
 def _with_generation_eos(hf: dict, directory: str) -> dict:
   """generation_config.json's eos_token_id (often a list for chat models) wins, as in
   transformers' generate."""
-  from specsample.checkpoints.huggingface import read_hf_json
+  from specsample.checkpoints.formats.safetensors import read_hf_json
 
   generation = os.path.join(directory, "generation_config.json")
   if os.path.isfile(generation):
@@ -193,7 +191,7 @@ def load_tokenizer(path_or_hub_id: str | os.PathLike):
   from specsample.checkpoints import tokenizer
   from specsample.checkpoints.vocabulary import SPIECE_NAMES, Vocabulary
 
-  path = _local_path(path_or_hub_id)
+  path = local_path(path_or_hub_id)
   has_json = os.path.isfile(os.path.join(path, "tokenizer.json"))
   spiece = [name for name in SPIECE_NAMES if os.path.isfile(os.path.join(path, name))]
   if os.path.isdir(path) and not has_json and spiece:

@@ -16,12 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specsample.checkpoints.errors import CheckpointError
 from specsample.models.t5 import T5, T5Config
 from specsample.models.t5.network import T5Network
-
-
-class CheckpointError(ValueError):
-  """A checkpoint is missing, corrupt, or does not fit the model it should describe."""
 
 
 @functools.lru_cache(maxsize=32)

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 import numpy as np
 from flax import serialization
 
-from specsample.checkpoints.t5_params import CheckpointError, flatten
+from specsample.checkpoints.errors import CheckpointError
+from specsample.checkpoints.t5_params import flatten
 
 
 def _is_remote(path: str) -> bool:

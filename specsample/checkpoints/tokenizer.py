@@ -30,7 +30,7 @@ import os
 from collections.abc import Sequence
 
 from specsample.checkpoints import chat_template
-from specsample.checkpoints.t5_params import CheckpointError
+from specsample.checkpoints.errors import CheckpointError
 
 # llama.cpp's pre-tokenizer splits (llama-vocab.cpp), by the name `tokenizer.ggml.pre` gives.
 _GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -263,7 +263,7 @@ class Tokenizer:
     from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
     from tokenizers import Tokenizer as Backend
 
-    from specsample.checkpoints.gguf import read_gguf_metadata
+    from specsample.checkpoints.formats.gguf import read_gguf_metadata
 
     path = os.fspath(path)
     meta = read_gguf_metadata(path)
@@ -382,7 +382,7 @@ class Tokenizer:
 
 def _read_json(path: str) -> dict:
   """A JSON object file, or {} when there is none."""
-  from specsample.checkpoints.huggingface import read_hf_json
+  from specsample.checkpoints.formats.safetensors import read_hf_json
 
   return read_hf_json(path) if os.path.isfile(path) else {}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from specsample.checkpoints.t5_params import CheckpointError
+from specsample.checkpoints.errors import CheckpointError
 
 SPIECE_NAMES = ("spiece.model", "sentencepiece.model", "tokenizer.model")
 

@@ -41,12 +41,12 @@ def context_of(path: str | os.PathLike | None) -> Context | None:
   loader then says why)."""
   if path is None:
     return None
-  from specsample.checkpoints.loader import _local_path, is_gguf, is_hf_directory
+  from specsample.checkpoints.loader import is_gguf, is_hf_directory, local_path
 
   try:
-    local = _local_path(path)
+    local = local_path(path)
     if is_gguf(local):
-      from specsample.checkpoints.gguf import read_gguf_metadata
+      from specsample.checkpoints.formats.gguf import read_gguf_metadata
 
       metadata = read_gguf_metadata(local)
       key = f"{metadata.get('general.architecture')}.context_length"

@@ -108,7 +108,9 @@ def _generate_loop(
   return output, final.nonfinite
 
 
-_generate_compiled = jax.jit(_generate_loop, static_argnames=("settings",))
+# Plain decoding's compiled program, cached per shapes and settings
+# (`programs.clear_compiled_programs` drops it).
+generate_program = jax.jit(_generate_loop, static_argnames=("settings",))
 
 
 def generate(
@@ -155,9 +157,9 @@ def generate(
   if settings.stream:
     with open_stream(on_tokens) as stream_id:
       output, nonfinite = jax.block_until_ready(
-        _generate_compiled(model, prompts, prompt_lengths, key, settings, stream_id)
+        generate_program(model, prompts, prompt_lengths, key, settings, stream_id)
       )
   else:
-    output, nonfinite = _generate_compiled(model, prompts, prompt_lengths, key, settings)
+    output, nonfinite = generate_program(model, prompts, prompt_lengths, key, settings)
   raise_on_nonfinite({"model": nonfinite})
   return output

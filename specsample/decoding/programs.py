@@ -21,6 +21,6 @@ def clear_compiled_programs(*, speculative_only: bool = False) -> None:
   (`specsample.bench.costs.clear_step_programs` drops the step-timing programs.)"""
   programs = [speculative.speculative_program]
   if not speculative_only:
-    programs.append(autoregressive._generate_compiled)
+    programs.append(autoregressive.generate_program)
   for program in programs:
     program.clear_cache()

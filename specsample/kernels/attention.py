@@ -46,7 +46,11 @@ def uses_kernel(queries: jax.Array, keys: jax.Array) -> bool:
   )
 
 
-def _xla_attention(queries, keys, values, allowed, scale):
+def xla_attention(queries, keys, values, allowed, scale):
+  """The same attention in XLA's operations (accelerators, gradients, and where the kernel
+  does not apply): queries [batch, k, heads, head_dim] over keys and values [batch,
+  capacity, kv_heads, head_dim] where allowed bool[batch, k, capacity] -> [batch, k, heads,
+  head_dim]."""
   batch, k, heads, head_dim = queries.shape
   kv_heads = keys.shape[2]
   q = queries.reshape(batch, k, kv_heads, heads // kv_heads, head_dim)
@@ -80,7 +84,7 @@ def cached_attention(
       f"attention: {heads} heads over {keys.shape[2]} cache heads, allowed {allowed.shape}"
     )
   if not uses_kernel(queries, keys):
-    return _xla_attention(queries, keys, values, allowed, scale)
+    return xla_attention(queries, keys, values, allowed, scale)
   if ends is None:
     ends = ends_of(allowed)
   return _kernel_attention(queries, keys, values, allowed, ends.astype(jnp.int32), scale)
@@ -97,7 +101,7 @@ def _kernel_attention(queries, keys, values, allowed, ends, scale):
     return call(q, k_, v, a, e, scale=np.float32(scale))
 
   def xla(q, k_, v, a, e):
-    return _xla_attention(q, k_, v, a, scale)
+    return xla_attention(q, k_, v, a, scale)
 
   return jax.lax.platform_dependent(queries, keys, values, allowed, ends, cpu=kernel, default=xla)
 
@@ -108,7 +112,7 @@ def _kernel_attention_jvp(scale, primals, tangents):
   queries, keys, values, allowed, ends = primals
   out = _kernel_attention(queries, keys, values, allowed, ends, scale)
   _, tangent = jax.jvp(
-    lambda q, k, v: _xla_attention(q, k, v, allowed, scale),
+    lambda q, k, v: xla_attention(q, k, v, allowed, scale),
     (queries, keys, values),
     tuple(tangents[:3]),
   )

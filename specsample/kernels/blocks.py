@@ -80,6 +80,14 @@ class BlockMatrix:
   def nbytes(self) -> int:
     return math.prod(self.blocks.shape)
 
+  def matmul(self, x: jax.Array) -> jax.Array:
+    """x @ W.T: [..., in] -> [..., out] (`matmul`)."""
+    return matmul(x, self)
+
+  def take_rows(self, ids: jax.Array) -> jax.Array:
+    """Rows ids int[...] of W, dequantized: -> float32 [..., in] (`take_rows`)."""
+    return take_rows(self, ids)
+
 
 def _halves(blocks: jax.Array, offset: int) -> jax.Array:
   """The float16 at byte `offset` of each block as float32.  [..., bytes] -> [..., 1]."""

@@ -128,7 +128,7 @@ def int8_attention_mlp(
       return int8_blocks._xla_matmul(h, int8_blocks.Int8BlockMatrix(packed, like.format, like.rows))
 
     heads = q.reshape(batch, k, -1, head_dim)
-    context = attention._xla_attention(heads, k_, v, a, scale).reshape(batch, k, -1)
+    context = attention.xla_attention(heads, k_, v, a, scale).reshape(batch, k, -1)
     y = x + product(context, o, wo)
     h = _rms_norm(y, n, eps)
     return y + product(jax.nn.silu(product(h, g, wg)) * product(h, u, wu), dn, wd)

@@ -98,6 +98,14 @@ class Int8BlockMatrix:
   def nbytes(self) -> int:
     return math.prod(self.packed.shape)
 
+  def matmul(self, x: jax.Array) -> jax.Array:
+    """x @ W.T with 8-bit activations: [..., in] -> [..., out] (`matmul`)."""
+    return matmul(x, self)
+
+  def take_rows(self, ids: jax.Array) -> jax.Array:
+    """Rows ids int[...] of W, dequantized: -> float32 [..., in] (`take_rows`)."""
+    return take_rows(self, ids)
+
 
 # ---------------------------------------------------------------------------------------
 # Packing (NumPy, at load time).

@@ -14,7 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specsample.kernels import BLOCK_MATRICES, blocks, int8_blocks, small_k
+from specsample.kernels import BLOCK_MATRICES, small_k
 
 MASK_BIAS = -1e10  # additive bias of masked attention positions (T5X's value)
 
@@ -22,13 +22,12 @@ MASK_BIAS = -1e10  # additive bias of masked attention positions (T5X's value)
 def dense(x: jax.Array, kernel) -> jax.Array:
   """x @ kernel over the last axis.  [..., in] x [in, out] -> [..., out].
 
-  kernel may also be a `blocks.BlockMatrix` or an `int8_blocks.Int8BlockMatrix` (GGUF
-  blocks; with 8-bit activations for the latter), which are stored [out, in].
+  kernel may also be a block matrix (`kernels.BLOCK_MATRICES`: GGUF blocks, stored [out,
+  in]), which multiplies itself (`BlockMatrix.matmul`, `Int8BlockMatrix.matmul` with 8-bit
+  activations).
   """
-  if isinstance(kernel, blocks.BlockMatrix):
-    return blocks.matmul(x, kernel)
-  if isinstance(kernel, int8_blocks.Int8BlockMatrix):
-    return int8_blocks.matmul(x, kernel)
+  if isinstance(kernel, BLOCK_MATRICES):
+    return kernel.matmul(x)
   return small_k.matmul(x, kernel)
 
 
@@ -36,10 +35,8 @@ def dense_transposed(x: jax.Array, kernel_t) -> jax.Array:
   """x @ kernel_t.T, for weights stored [out, in] (a tied embedding as the output layer).
   [..., in] x [out, in] -> [..., out]; `dense(x, kernel_t.T)` would copy the transpose.
   kernel_t may be a block matrix (`dense`)."""
-  if isinstance(kernel_t, blocks.BlockMatrix):
-    return blocks.matmul(x, kernel_t)
-  if isinstance(kernel_t, int8_blocks.Int8BlockMatrix):
-    return int8_blocks.matmul(x, kernel_t)
+  if isinstance(kernel_t, BLOCK_MATRICES):
+    return kernel_t.matmul(x)
   return small_k.matmul_transposed(x, kernel_t)
 
 
@@ -48,10 +45,8 @@ def lookup(embedder: nn.Embed, tokens: jax.Array, dtype) -> jax.Array:
   the nn.Embed, which converts its whole table to its dtype first (a float32 copy of a
   bfloat16 table per call), only the rows taken are converted (or dequantized, for a
   table in GGUF blocks)."""
-  if isinstance(embedder.embedding, blocks.BlockMatrix):
-    return blocks.take_rows(embedder.embedding, tokens).astype(dtype)
-  if isinstance(embedder.embedding, int8_blocks.Int8BlockMatrix):
-    return int8_blocks.take_rows(embedder.embedding, tokens).astype(dtype)
+  if isinstance(embedder.embedding, BLOCK_MATRICES):
+    return embedder.embedding.take_rows(tokens).astype(dtype)
   return jnp.take(embedder.embedding, tokens, axis=0).astype(dtype)
 
 

@@ -1,11 +1,10 @@
 """Memory planning before anything is loaded: bytes per device of a target/draft pair.
 
-Parameter shapes come from each model config's `parameter_shapes()` (`jax.eval_shape` of
-the model's initialisation (no arrays are
-allocated, so t5-11b plans in a second), cut by the partitioning rules of
-`specsample.scaling.rules` on the given mesh. Caches are exact sizes of the decoding
-state; activations are an estimate of the largest transient buffers (one layer's worth,
-as XLA reuses buffers across layers), stated as such.
+Parameter shapes come from each network's `parameter_shapes(config)` (`jax.eval_shape` of
+the model's initialisation: no arrays are allocated, so t5-11b plans in a second), cut by
+the partitioning rules of `specsample.scaling.rules` on the given mesh. Caches are exact
+sizes of the decoding state; activations are an estimate of the largest transient buffers
+(one layer's worth, as XLA reuses buffers across layers), stated as such.
 """
 
 from __future__ import annotations
@@ -17,7 +16,9 @@ from collections.abc import Mapping
 import jax.numpy as jnp
 
 from specsample.models.decoder_only import DecoderOnlyConfig
+from specsample.models.decoder_only import network as decoder_only_network
 from specsample.models.t5 import T5Config
+from specsample.models.t5 import network as t5_network
 from specsample.scaling.rules import (
   CACHE_AXES,
   DEFAULT_RULES,
@@ -163,8 +164,13 @@ def plan_warnings(
 
 
 def parameter_shapes(config) -> dict[str, tuple[int, ...]]:
-  """{"decoder/layers_0/mlp/wo/kernel": shape, ...} of a model config, without allocating."""
-  return config.parameter_shapes()
+  """{"decoder/layers_0/mlp/wo/kernel": shape, ...} of a model config, without allocating
+  (each network's own `parameter_shapes`: `jax.eval_shape` of its initialisation)."""
+  if isinstance(config, T5Config):
+    return t5_network.parameter_shapes(config)
+  if isinstance(config, DecoderOnlyConfig):
+    return decoder_only_network.parameter_shapes(config)
+  raise TypeError(f"no network for a {type(config).__name__}")
 
 
 def plan_model(

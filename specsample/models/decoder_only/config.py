@@ -176,12 +176,6 @@ class DecoderOnlyConfig:
     the prompt and `capacity` new positions. For memory plans (scaling.plan)."""
     return [(2 * self.num_layers, input_length + capacity, self.num_kv_heads)]
 
-  def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-    """{"blocks_0/query/kernel": shape, ...}, computed abstractly (nothing allocated)."""
-    from specsample.models.decoder_only.network import parameter_shapes
-
-    return parameter_shapes(self)
-
   def rotary_frequencies(self) -> np.ndarray:
     """float32[head_dim // 2]: the rotary embedding's angular frequencies."""
     return _rotary_frequencies(self.head_dim, self.rope_theta, self.rope_scaling,

@@ -91,12 +91,6 @@ class T5Config:
     layers, heads = self.num_decoder_layers, self.num_heads
     return [(2 * layers, capacity, heads), (2 * layers, input_length, heads)]
 
-  def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-    """{"decoder/layers_0/mlp/wo/kernel": shape, ...}, computed abstractly."""
-    from specsample.models.t5.network import parameter_shapes
-
-    return parameter_shapes(self)
-
 
 def _sized(family: str, d_model, num_heads, mlp_dim, layers, head_dim=64) -> T5Config:
   """A published size of T5 v1.0 ("1.0") or v1.1 ("1.1")."""

