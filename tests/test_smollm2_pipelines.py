@@ -22,6 +22,7 @@ from specsample.train import distill_features as df
 from specsample.train import smollm2_data as sd
 from specsample.train import smollm2_feature_card as feature_card
 from specsample.train import smollm2_feature_draft as fd
+from specsample.train import smollm2_pipelines as pipelines
 from specsample.train import smollm2_token_draft as td
 from specsample.train.optim import make_optimizer
 from specsample.train.resume import load_training_state, save_training_state
@@ -148,7 +149,7 @@ def test_the_shipped_feature_cards_are_their_metrics_written_out(name):
 def test_the_token_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypatch):
   work, bundle = str(tmp_path / "work"), str(tmp_path / "bundle")
   prompts = write_prompts(work)
-  monkeypatch.setattr(td, "load_target", lambda: (target, Tokenizer()))
+  monkeypatch.setattr(sd, "load_target", lambda: (target, Tokenizer()))
   options = td.TokenDraftOptions(
     work=work, bundle=bundle, stages="prompts,generate,vocab,train,export,card",
     generate_batch=8, max_new_tokens=8, output_vocab=48, layers="1", train_steps=3,
@@ -156,7 +157,7 @@ def test_the_token_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypatch
   )  # fmt: skip
   os.makedirs(bundle)
   open(os.path.join(bundle, "prompts.jsonl"), "w").close()  # no bench prompts to build
-  td.run(options)
+  pipelines.run_token_draft(options)
   records = td.read_responses(os.path.join(work, "responses.jsonl"))
   assert sorted(r["index"] for r in records) == list(range(len(prompts)))
   assert {r["temperature"] for r in records if r["index"] % 4 == 3} == {1.0}
@@ -187,7 +188,7 @@ def test_the_token_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypatch
 def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypatch):
   work, bundle = str(tmp_path / "work"), str(tmp_path / "bundle")
   prompts = write_prompts(work)
-  monkeypatch.setattr(fd, "load_target", lambda *_: (target, Tokenizer()))
+  monkeypatch.setattr(sd, "load_target", lambda *_: (target, Tokenizer()))
   bench_prompts = str(tmp_path / "bench_prompts.jsonl")
   write_jsonl(
     [ChatPrompt("chat", "open file", ""), ChatPrompt("rewrite", "beta", "")], bench_prompts
@@ -198,7 +199,7 @@ def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypat
     bench_prompts=bench_prompts, bench_reports=write_bench_reports(tmp_path),
     card_note="Continues the draft now in somewhere_v1/.",
   )  # fmt: skip
-  fd.run(options)
+  pipelines.run_feature_draft(options)
   train, validation = fd.load_sequences(work)
   assert sorted(s.index for s in train + validation) == list(range(len(prompts)))
   for s in train + validation:
@@ -235,7 +236,7 @@ def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkey
   reads the final state alone starts fusing them; its checkpoint and card say so."""
   work, bundle = str(tmp_path / "work"), str(tmp_path / "bundle")
   write_prompts(work)
-  monkeypatch.setattr(fd, "load_target", lambda *_: (target, Tokenizer()))
+  monkeypatch.setattr(sd, "load_target", lambda *_: (target, Tokenizer()))
   bench_prompts = str(tmp_path / "bench_prompts.jsonl")
   write_jsonl([ChatPrompt("chat", "open file", "")], bench_prompts)
   start = df.draft_for_target(target, np.arange(1, 49, dtype=np.int32), seed=1)
@@ -247,7 +248,7 @@ def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkey
     bench_prompts=bench_prompts,
     bench_reports=write_bench_reports(tmp_path),
   )  # fmt: skip
-  fd.run(options)
+  pipelines.run_feature_draft(options)
   train, _ = fd.load_sequences(work)
   assert {s.features.shape[-1] for s in train} == {2 * TARGET.d_model}
   saved = load_feature_draft(os.path.join(bundle, "feature_draft"), target)
@@ -266,6 +267,6 @@ def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkey
     os.remove(os.path.join(work, "checkpoint.npz"))
   plain = dataclasses.replace(options, stages="train", feature_layers="", init_from=None)
   with pytest.raises(sd.StageError, match="64 wide, the draft reads 32"):
-    fd.run(plain)
+    pipelines.run_feature_draft(plain)
   with pytest.raises(ValueError, match="layer indices like 2,15"):
-    fd.run(dataclasses.replace(options, stages="train", feature_layers="low"))
+    pipelines.run_feature_draft(dataclasses.replace(options, stages="train", feature_layers="low"))

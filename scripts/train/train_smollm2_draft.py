@@ -31,7 +31,8 @@ import os
 import sys
 
 from specsample.train.smollm2_data import StageError
-from specsample.train.smollm2_token_draft import TokenDraftOptions, run
+from specsample.train.smollm2_pipelines import run_token_draft as run
+from specsample.train.smollm2_token_draft import TokenDraftOptions
 
 BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bundled", "smollm2")
 

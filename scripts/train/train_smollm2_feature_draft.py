@@ -35,7 +35,8 @@ import os
 import sys
 
 from specsample.train.smollm2_data import StageError
-from specsample.train.smollm2_feature_draft import FeatureDraftOptions, run
+from specsample.train.smollm2_feature_draft import FeatureDraftOptions
+from specsample.train.smollm2_pipelines import run_feature_draft as run
 
 BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bundled", "smollm2")
 

@@ -45,13 +45,11 @@ from specsample.train.smollm2_data import (
   always_kept,
   generate_batches,
   generation_batches,
-  load_target,
   log,
   progress_bar,
   read_json,
   split_validation,
   vocab_coverage,
-  write_train_prompts,
 )
 from specsample.train.target_responses import Response
 
@@ -305,30 +303,3 @@ def stage_export(options: FeatureDraftOptions, draft: FeatureDraft) -> None:
   save_feature_draft(draft, directory, dtype="float16")
   size = os.path.getsize(os.path.join(directory, "model.safetensors")) / 2**20
   log(f"export: {directory} ({size:.1f} MB)")
-
-
-def run(options: FeatureDraftOptions) -> None:
-  """Runs `options.stages` in order (smollm2_data.StageError: a stage cannot run)."""
-  from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
-  from specsample.train.smollm2_feature_card import write_card, write_metrics
-
-  os.makedirs(options.work, exist_ok=True)
-  stages = options.stages.split(",")
-  target, tokenizer = load_target(options.target_activations)
-  if "prompts" in stages:
-    path = os.path.join(options.work, "train_prompts.jsonl")
-    write_train_prompts(path, tokenizer, options.train_prompts, options.seed)
-  if "generate" in stages:  # the features of the layers the draft will fuse too
-    stage_generate(options, target.with_feature_layers(feature_layers(options)), tokenizer)
-  if "vocab" in stages:
-    stage_vocab(options, tokenizer)
-  draft = None
-  if "train" in stages:  # training reads the target's float32 output rows and embedding
-    trainer = target if options.target_activations == "float32" else load_target("float32")[0]
-    draft = stage_train(options, trainer)
-  if "export" in stages:
-    stage_export(options, draft)
-  if "card" in stages:
-    shipped = load_feature_draft(os.path.join(options.bundle, "feature_draft"), target)
-    target = feature_target(target, shipped)
-    write_card(options, write_metrics(options, shipped, target, tokenizer))

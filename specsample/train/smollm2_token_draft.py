@@ -37,13 +37,11 @@ from specsample.train.smollm2_data import (
   encode,
   generate_batches,
   generation_batches,
-  load_target,
   log,
   progress_bar,
   read_json,
   split_validation,
   vocab_coverage,
-  write_train_prompts,
 )
 from specsample.train.target_responses import Response
 
@@ -310,29 +308,3 @@ def stage_export(options: TokenDraftOptions, draft: DecoderOnly) -> None:
   save_hf_decoder_only(draft, directory, dtype="float16", include_embedding=False)
   size = os.path.getsize(os.path.join(directory, "model.safetensors")) / 2**20
   log(f"export: {directory} ({size:.1f} MB)")
-
-
-def run(options: TokenDraftOptions) -> None:
-  """Runs `options.stages` in order (smollm2_data.StageError: a stage cannot run)."""
-  from specsample.checkpoints import load_model
-  from specsample.train.smollm2_token_card import write_card, write_metrics
-
-  os.makedirs(options.work, exist_ok=True)
-  stages = options.stages.split(",")
-  target, tokenizer = load_target()
-  if "prompts" in stages:
-    path = os.path.join(options.work, "train_prompts.jsonl")
-    write_train_prompts(path, tokenizer, options.train_prompts, options.seed)
-    bench_path = os.path.join(options.bundle, "prompts.jsonl")
-    write_bench_prompts(bench_path, tokenizer, options.bench_prompts, options.seed)
-  if "generate" in stages:
-    stage_generate(options, target, tokenizer)
-  if "vocab" in stages:
-    stage_vocab(options, tokenizer)
-  draft = stage_train(options, target) if "train" in stages else None
-  if "export" in stages:
-    stage_export(options, draft)
-  if "card" in stages:
-    embedding = target.params["embed"]["embedding"]
-    shipped = load_model(os.path.join(options.bundle, "draft"), shared_embedding=embedding)
-    write_card(options, write_metrics(options, shipped))
