@@ -101,6 +101,21 @@ def test_kernel_equals_the_numpy_reference_bit_for_bit(format, integer_isa):
   assert (np.abs(reference - exact) / scale).max() < 0.02
 
 
+@requires_kernel
+@pytest.mark.parametrize("format", ["q8_0", "q4_1", "q6_k"])
+def test_a_prefill_s_rows_in_chunks_equal_the_reference(format, integer_isa):
+  # 150 rows: the kernel passes over them in chunks of 64 (64, 64, 22; prefills and large
+  # batches), each chunk in tiles; every row equals the NumPy reference bit for bit.
+  rng = np.random.default_rng(3)
+  d = 256 if format.endswith("_k") else 96
+  matrix, _ = quantized(rng, 37, d, format)
+  packed = int8_blocks.from_gguf_blocks(np.asarray(matrix.blocks), format)
+  x = rng.standard_normal((150, d)).astype(np.float32)
+  y = jax.jit(int8_blocks.matmul)(x, packed)
+  reference = int8_blocks.reference_matmul(x, np.asarray(packed.packed), format, 37)
+  np.testing.assert_array_equal(y, reference)
+
+
 # Byte offsets of each block's float16 scales (set to small finite numbers); every other
 # byte 0xFF: every weight at its largest stored value (nibbles 15, Q5_0's 31, Q6_K's 63),
 # Q8_0's at -1, or 0x80 bytes: -128, the largest magnitude.

@@ -32,6 +32,7 @@ namespace specsample {
 constexpr int64_t kGroupRows = 16;   // rows of W interleaved in a group
 constexpr int64_t kChunkBytes = 64;  // 4 bytes of each row of a group
 constexpr int64_t kInt8TileRows = 8;  // rows of x sharing one unpacking of a block
+constexpr int64_t kInt8ChunkRows = 64;  // rows of x every group passes over in turn
 
 // The integer instruction sets (small_k.py: integer_instruction_set()).
 enum class IntIsa : int { kNone = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3 };

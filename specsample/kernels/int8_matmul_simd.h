@@ -236,24 +236,29 @@ inline TileFn<P> TileFor(int64_t rows, std::integer_sequence<int, R...>) {
 }
 
 // One thread's share: y[k, 16 g0 .. min(16 g1, n)] for the groups g0..g1 of W (bytes per
-// group: group_bytes). The rows of x go in balanced tiles of <= kInt8TileRows; each tile
-// reads the group again (from the caches).
+// group: group_bytes). The rows of x go in chunks of <= kInt8ChunkRows, each passed over by
+// every group of the share while its numbers stay in the caches (a prefill's rows, read once
+// per group, would stream from memory), and within a chunk in balanced tiles of
+// <= kInt8TileRows; each tile reads the group again (from the caches). Each row's numbers
+// do not depend on its chunk or tile.
 template <Packed P>
 inline void Int8Product(const Activations& a, const uint8_t* w, int64_t group_bytes, int64_t n,
                         float* y, int64_t g0, int64_t g1) {
-  const int64_t k = a.k;
-  const int64_t tiles = (k + kInt8TileRows - 1) / kInt8TileRows;
-  for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* group = w + g * group_bytes;
-    for (int half = 0; half < kHalves; ++half) {
-      const int64_t first = g * kGroupRows + half * kIntLanes;  // the first lane's row of W
-      if (first >= n) break;
-      const int valid = static_cast<int>(n - first < kIntLanes ? n - first : kIntLanes);
-      for (int64_t t = 0, r0 = 0; t < tiles; ++t) {
-        const int64_t rows = (k - r0) / (tiles - t);
-        TileFor<P>(rows, std::make_integer_sequence<int, kInt8TileRows>())(
-            group, a, r0, half, y + r0 * n + first, n, valid);
-        r0 += rows;
+  for (int64_t c0 = 0; c0 < a.k; c0 += kInt8ChunkRows) {
+    const int64_t c1 = c0 + kInt8ChunkRows < a.k ? c0 + kInt8ChunkRows : a.k;
+    const int64_t tiles = (c1 - c0 + kInt8TileRows - 1) / kInt8TileRows;
+    for (int64_t g = g0; g < g1; ++g) {
+      const uint8_t* group = w + g * group_bytes;
+      for (int half = 0; half < kHalves; ++half) {
+        const int64_t first = g * kGroupRows + half * kIntLanes;  // the first lane's row of W
+        if (first >= n) break;
+        const int valid = static_cast<int>(n - first < kIntLanes ? n - first : kIntLanes);
+        for (int64_t t = 0, r0 = c0; t < tiles; ++t) {
+          const int64_t rows = (c1 - r0) / (tiles - t);
+          TileFor<P>(rows, std::make_integer_sequence<int, kInt8TileRows>())(
+              group, a, r0, half, y + r0 * n + first, n, valid);
+          r0 += rows;
+        }
       }
     }
   }
