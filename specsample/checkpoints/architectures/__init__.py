@@ -103,7 +103,12 @@ def read_gguf(
     raise ValueError(f"dtype must be one of {gguf.DTYPES}, got {dtype!r}")
   path = os.fspath(path)
   reader = gguf.open_reader(path)
-  arch = gguf.scalar(reader, "general.architecture", path, required=True)
+  try:
+    arch = gguf.scalar(reader, "general.architecture", path, required=True)
+  except (TypeError, ValueError) as error:  # not UTF-8, or of the wrong type
+    if isinstance(error, CheckpointError):
+      raise
+    raise CheckpointError(f"{path}: malformed GGUF metadata ({error})") from error
   family = next((f for f in FAMILIES if arch in f.gguf_architectures), None)
   if family is None:
     known = sorted(a for f in FAMILIES for a in f.gguf_architectures)

@@ -39,6 +39,9 @@ _GLOBAL_NAMES = {
   "output_norm.weight": "model.norm.weight",
   "output.weight": "lm_head.weight",
 }
+# llama.cpp's names in a Gemma 3 file -> transformers' (the attention and MLP names are the
+# Llama family's, written out here: its ffn_norm is Gemma's pre-feedforward norm, not
+# Llama's post-attention one, and Gemma has two norms more).
 _LAYER_NAMES = {
   "attn_norm.weight": "input_layernorm.weight",
   "attn_q.weight": "self_attn.q_proj.weight",
