@@ -52,7 +52,7 @@ def test_the_kernel_is_masked_softmax_attention(heads, kv_heads, head_dim, isa):
   )
   assert "specsample_cached_attention" in text.as_text()
   ours = _kernel(q, keys, values, allowed)
-  reference = attention._xla_attention(q, keys, values, allowed, head_dim**-0.5)
+  reference = attention.xla_attention(q, keys, values, allowed, head_dim**-0.5)
   np.testing.assert_allclose(ours, reference, rtol=2e-5, atol=2e-6)
   # Each query alone: the same numbers, bit for bit.
   for i in range(k):
@@ -93,7 +93,7 @@ def test_without_the_kernel_xla_attends(monkeypatch):
   function = jax.jit(lambda *a: attention.cached_attention(*a, 0.25))  # traced anew
   assert "specsample_cached_attention" not in function.lower(q, keys, values, allowed).as_text()
   np.testing.assert_allclose(
-    function(q, keys, values, allowed), attention._xla_attention(q, keys, values, allowed, 0.25)
+    function(q, keys, values, allowed), attention.xla_attention(q, keys, values, allowed, 0.25)
   )
 
 

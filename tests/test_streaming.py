@@ -159,7 +159,7 @@ def test_nothing_is_compiled_in_without_streaming(way_out):
   other = ({"callback", token_queue.TARGET} - {way_out}).pop()
   assert way_out not in off and way_out in on and other not in on
   plain = autoregressive.AutoregressiveSettings(max_new_tokens=8, sampling=SamplingConfig())
-  lower = autoregressive._generate_compiled.lower
+  lower = autoregressive.generate_program.lower
   assert way_out not in lower(target, prompts, lengths, key, plain).as_text()
   streaming = dataclasses.replace(plain, stream=True)
   assert way_out in lower(target, prompts, lengths, key, streaming, np.int32(1)).as_text()
