@@ -105,9 +105,9 @@ def read_gguf(
   reader = gguf.open_reader(path)
   try:
     arch = gguf.scalar(reader, "general.architecture", path, required=True)
+  except CheckpointError:
+    raise
   except (TypeError, ValueError) as error:  # not UTF-8, or of the wrong type
-    if isinstance(error, CheckpointError):
-      raise
     raise CheckpointError(f"{path}: malformed GGUF metadata ({error})") from error
   family = next((f for f in FAMILIES if arch in f.gguf_architectures), None)
   if family is None:

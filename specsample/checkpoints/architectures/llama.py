@@ -77,7 +77,6 @@ def gguf_config(reader, path: str) -> dict:
     model_type, hf_class = "mistral", "MistralForCausalLM"
 
   get = gguf.getter(reader, arch, path)
-
   hidden = int(get("embedding_length", required=True))
   heads = int(get("attention.head_count", required=True))
   head_dim = get("attention.key_length") or get("rope.dimension_count") or hidden // heads
