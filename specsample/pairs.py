@@ -33,7 +33,7 @@ from specsample.checkpoints.feature_draft import (
   load_feature_draft,
 )
 from specsample.checkpoints.loader import stored_weight_format
-from specsample.core.contract import uses_target_features
+from specsample.core.contract import uses_target_features, weights_per_call
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.ngram import NGramDraft
 from specsample.models.weights import with_q8_0_draft
@@ -230,6 +230,8 @@ def load_pair(
     f"draft {draft_spec if named else checkpoint_id(draft_spec)}",
     f"lookup {isinstance(draft_model, LookupThenModel)}",
     f"weights {weights} activations {activations} dtype {dtype} q8_0 draft {in_blocks}",
+    # The bytes a draft call reads: a new release's draft arithmetic is a new pair.
+    f"draft weights {weights_per_call(draft_model)}",
   ])  # fmt: skip
   if is_bundled:  # the bundled draft's files, which a new release may change
     pair_id += f" bundle {checkpoint_id(str(bundled.smollm2_draft_dir(kind)))}"

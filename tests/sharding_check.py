@@ -44,18 +44,20 @@ def _init(model, prompts, lengths):
   return model.init_state(prompts, lengths, 16)[0]
 
 
-def decode_all(target, draft) -> dict[str, np.ndarray]:
+def decode_all(target, draft, with_sampling: bool = True) -> dict[str, np.ndarray]:
+  """Greedy decodes, and with_sampling sampled ones (same seed), speculative and plain."""
   greedy, sampled = SamplingConfig(0.0), SamplingConfig(1.0, top_k=20)
   out = {
     "spec_greedy": speculative_generate(
       target, draft, PROMPTS, gamma=3, max_new_tokens=12, sampling=greedy
     ),  # fmt: skip
     "plain_greedy": generate(target, PROMPTS, max_new_tokens=12, sampling=greedy),
-    "spec_sampled": speculative_generate(
-      target, draft, PROMPTS, gamma=3, max_new_tokens=12, sampling=sampled, seed=7
-    ),  # fmt: skip
-    "plain_sampled": generate(target, PROMPTS, max_new_tokens=12, sampling=sampled, seed=7),
   }
+  if with_sampling:
+    out["spec_sampled"] = speculative_generate(
+      target, draft, PROMPTS, gamma=3, max_new_tokens=12, sampling=sampled, seed=7
+    )
+    out["plain_sampled"] = generate(target, PROMPTS, max_new_tokens=12, sampling=sampled, seed=7)
   return {name: np.asarray(o.tokens) for name, o in out.items()}
 
 
@@ -79,7 +81,11 @@ def main(path: str) -> None:
     entry = {"mesh": shape}
     target = shard_model(t5_target, mesh)
     draft = shard_model(t5_draft, mesh, model_parallel=False)
-    got = decode_all(target, draft)
+    # Sampling (random numbers drawn over sharded rows and vocabularies) on the mesh that
+    # shards both axes; greedy decoding on every mesh (each decode compiles anew for 8
+    # devices: the sampled ones on the one-axis meshes would add a third of this check).
+    with_sampling = min(shape.values()) > 1
+    got = decode_all(target, draft, with_sampling)
     entry["t5_equal"] = {k: bool(np.array_equal(got[k], reference["t5"][k])) for k in got}
     entry["t5_spec_equals_plain"] = bool(np.array_equal(got["spec_greedy"], got["plain_greedy"]))
     p = target.params
@@ -107,7 +113,7 @@ def main(path: str) -> None:
     kernel = p["decoder"]["layers_0"]["mlp"]["wi_0"]["kernel"]
     entry["wi_0_shard_shape"] = list(kernel.addressable_shards[0].data.shape)
     entry["wi_0_shape"] = list(kernel.shape)
-    dec = decode_all(shard_model(dec_target, mesh), shard_model(dec_draft, mesh))
+    dec = decode_all(shard_model(dec_target, mesh), shard_model(dec_draft, mesh), with_sampling)
     entry["decoder_only_equal"] = {
       k: bool(np.array_equal(dec[k], reference["decoder_only"][k])) for k in dec
     }

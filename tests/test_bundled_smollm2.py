@@ -93,8 +93,11 @@ def test_speculative_greedy_equals_the_targets_on_every_shipped_prompt(
   pair_and_prompts, feature_draft
 ):
   # Each draft alone and behind prompt lookup (the default of `specsample generate`)
-  # against one plain decoding. Batches of 10 ragged prompts, all padded to one width, so
-  # that each program compiles once.
+  # against one plain decoding, in batches of 10 ragged prompts, all padded to one width
+  # so that each program compiles once. Every batch meets a token draft and a feature
+  # draft, each of the four on two batches: every prompt is checked twice and every
+  # draft on 20 prompts (the short answers' batch, whose rows end at EOS early, among
+  # them for the lookup-less token draft and the default feature draft behind lookup).
   target, draft, prompts = pair_and_prompts
   drafts = {
     ("token", 3): draft,
@@ -102,19 +105,24 @@ def test_speculative_greedy_equals_the_targets_on_every_shipped_prompt(
     ("feature", 4): feature_draft,
     ("feature behind lookup", 4): LookupThenModel.for_target(feature_draft, target),
   }
+  names = list(drafts)
   width = max(map(len, prompts))
-  ended_early = 0
+  ended_early, checked = 0, {name: 0 for name in names}
   for start in range(0, len(prompts), 10):
     batch = prompts[start : start + 10]
     batch += [batch[-1]] * (10 - len(batch))
     array, lengths = pad_to_width(batch, width)
     common = dict(prompt_lengths=lengths, max_new_tokens=NEW_TOKENS, sampling=GREEDY)
     plain = generate(target, array, **common).sequences()
-    for (name, gamma), proposer in drafts.items():
+    index = start // 10
+    for name, gamma in (names[index % 2], names[3 - index % 2]):
+      proposer = drafts[name, gamma]
       spec = speculative_generate(target, proposer, array, gamma=gamma, **common)
       assert spec.sequences() == plain, f"{name}, gamma {gamma}, prompts {start}..{start + 9}"
       assert 0 < spec.stats.alpha < 1
+      checked[name, gamma] += len(batch)
     ended_early += sum(len(row) < NEW_TOKENS for row in plain)
+  assert min(checked.values()) >= 20, checked
   assert ended_early > 0  # some rows stop at EOS, inside a block
 
 

@@ -3,7 +3,9 @@ which, and the helpers the loops ask instead of probing attribute names."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from t5_helpers import tiny_config
 
@@ -11,11 +13,13 @@ from specsample.core import contract
 from specsample.core.contract import (
   FeatureDraftModel,
   FeatureTarget,
+  GreedyDraft,
   LanguageModel,
   PromptPadding,
   TreeModel,
   WeightTraffic,
 )
+from specsample.core.sampling import argmax_tokens
 from specsample.models import T5, DecoderOnly, DecoderOnlyConfig, FeatureDraft, MarkovLM
 from specsample.models.feature_draft import feature_draft_config
 from specsample.models.lookup_draft import LookupThenModel
@@ -33,6 +37,7 @@ ABILITIES = (
   FeatureTarget,
   FeatureDraftModel,
   WeightTraffic,
+  GreedyDraft,
 )
 
 
@@ -61,13 +66,13 @@ EXPECTED = {
   "t5": {"LanguageModel", "PromptPadding", "TreeModel", "WeightTraffic"},
   "decoder": {"LanguageModel", "TreeModel", "FeatureTarget", "WeightTraffic"},
   "markov": {"LanguageModel", "TreeModel", "FeatureTarget"},
-  "feature_draft": {"LanguageModel", "FeatureDraftModel", "WeightTraffic"},
+  "feature_draft": {"LanguageModel", "FeatureDraftModel", "WeightTraffic", "GreedyDraft"},
   "markov_feature_draft": {"LanguageModel", "FeatureDraftModel"},
   "ngram": {"LanguageModel", "WeightTraffic"},
-  "lookup_feature_draft": {"LanguageModel", "FeatureDraftModel", "WeightTraffic"},
+  "lookup_feature_draft": {"LanguageModel", "FeatureDraftModel", "WeightTraffic", "GreedyDraft"},
   # A wrapper has the members; whether it reads features (`uses_target_features`) or knows
   # its weights is its model's answer (the helpers below: no, and no).
-  "lookup_markov": {"LanguageModel", "FeatureDraftModel", "WeightTraffic"},
+  "lookup_markov": {"LanguageModel", "FeatureDraftModel", "WeightTraffic", "GreedyDraft"},
 }
 
 
@@ -93,6 +98,14 @@ def test_helpers(models):
     contract.weights_per_call(models["lookup_feature_draft"])
     == models["feature_draft"].weights_per_call()
   )
+  # greedy_extend: a model without extend_greedy gives its logits' argmax and flags.
+  markov = models["markov"]
+  state, _ = markov.init_state(jnp.asarray([[3, 5, 7]], jnp.int32), jnp.asarray([3]), 4)
+  tokens, one = jnp.asarray([[9, 2]], jnp.int32), jnp.asarray([2], jnp.int32)
+  logits, expected = markov.extend(state, tokens, one)
+  (best, bad), state = contract.greedy_extend(markov, state, tokens, one)
+  assert best.tolist() == argmax_tokens(logits).tolist() and not bad.any()
+  jax.tree.map(np.testing.assert_array_equal, state, expected)
 
 
 def test_a_flag_alone_is_not_a_feature_draft():

@@ -17,6 +17,8 @@ from specsample.checkpoints.feature_draft import (
   load_feature_draft,
   save_feature_draft,
 )
+from specsample.checkpoints.formats.safetensors import read_safetensors, write_safetensors
+from specsample.core.sampling import argmax_tokens, nonfinite_logits
 from specsample.models import DecoderOnly, DecoderOnlyConfig, MarkovLM
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.toy import MarkovFeatureDraft
@@ -98,6 +100,44 @@ def test_bad_calls_are_refused(draft):
   state, _ = draft.init_state(tokens, jnp.asarray([4]), 4)
   with pytest.raises(ValueError, match="one token per row"):
     draft.extend(state, tokens[:, :2], jnp.asarray([2]))
+
+
+def test_greedy_calls_give_the_argmax_of_the_whole_vocabularys_logits(target, draft):
+  """`extend_greedy` (the reduced vocabulary's logits alone) == the argmax and unusable
+  flags of `extend`'s logits, with the same state: for the draft, for one whose kept
+  tokens all tie (the lowest id wins), one whose logits are NaN, and behind lookup."""
+  embedding = draft.params["output_embedding"]  # [64, d]
+  tied = draft.replace(
+    params={**draft.params, "output_embedding": jnp.broadcast_to(embedding[3], embedding.shape)}
+  )
+  fuse = draft.params["fuse"]
+  nan = draft.replace(
+    params={**draft.params, "fuse": {**fuse, "bias": fuse["bias"].at[0].set(jnp.nan)}}
+  )
+  rng = np.random.default_rng(2)
+  tokens = jnp.asarray(rng.integers(2, 96, (2, 9)), jnp.int32)
+  features = jnp.asarray(rng.normal(size=(2, 9, 32)), jnp.float32)
+  lengths = jnp.asarray([9, 6], jnp.int32)
+  calls = (  # a catch-up with the target's features, then a drafting step
+    (tokens[:, 4:7], jnp.asarray([3, 2], jnp.int32), {"features": features[:, 3:6]}),
+    (jnp.asarray([[9], [4]], jnp.int32), jnp.ones((2,), jnp.int32), {}),
+  )
+  greedy = {}
+  for name, model in [("draft", draft), ("tied", tied), ("nan", nan),
+                      ("lookup", LookupThenModel.for_target(draft, target))]:  # fmt: skip
+    state, _ = model.init_state(tokens, lengths, 8, features=features)
+    for step, num_valid, extra in calls:
+      logits, expected_state = model.extend(state, step, num_valid, **extra)
+      (best, bad), state = model.extend_greedy(state, step, num_valid, **extra)
+      np.testing.assert_array_equal(bad, nonfinite_logits(logits))
+      np.testing.assert_array_equal(  # any token where the logits are unusable
+        np.where(bad, 0, best), np.where(bad, 0, argmax_tokens(logits))
+      )
+      jax.tree.map(np.testing.assert_array_equal, state, expected_state)
+      greedy.setdefault(name, []).append((best, bad))
+  assert all(np.all(best == draft.params["output_ids"][0]) for best, _ in greedy["tied"])
+  assert all(np.all(bad) for _, bad in greedy["nan"])
+  assert not any(np.any(bad) for _, bad in greedy["draft"])
 
 
 # ---------------------------------------------------------------- the loop
@@ -227,6 +267,18 @@ def test_saved_drafts_load_with_their_target(target, draft, tmp_path):
   other = DecoderOnly.init_random(TARGET.replace(d_model=48, head_dim=12), seed=0)
   with pytest.raises(CheckpointError, match="width"):
     load_feature_draft(tmp_path / "draft", other)
+  with pytest.raises(ValueError, match="block_format must be one of"):
+    load_feature_draft(tmp_path / "draft", target, block_format="q6_k")
+
+
+def test_a_draft_whose_output_ids_are_not_increasing_is_refused(target, draft, tmp_path):
+  save_feature_draft(draft, tmp_path / "draft", dtype="float32")
+  path = tmp_path / "draft" / "model.safetensors"
+  tensors = read_safetensors(path)
+  tensors["output_ids"] = tensors["output_ids"][::-1].copy()  # ties would break otherwise
+  write_safetensors(tensors, path)
+  with pytest.raises(CheckpointError, match="increasing"):
+    load_feature_draft(tmp_path / "draft", target)
 
 
 def test_responses_keep_the_targets_features(target):

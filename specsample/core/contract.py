@@ -28,6 +28,7 @@ helper next to it) instead of probing attribute names:
   FeatureTarget      its features, for a feature-level draft        has_features(model)
   FeatureDraftModel  a draft that reads its target's features       uses_target_features(model)
   WeightTraffic      the weights one call reads (bench.roofline)    weights_per_call(model)
+  GreedyDraft        greedy tokens without whole-vocabulary logits  greedy_extend(model, ...)
 
 `isinstance` with a runtime-checkable Protocol checks that the members exist, not their
 signatures; the docstrings here are the contract.
@@ -39,6 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 
+from specsample.core.sampling import argmax_tokens, nonfinite_logits
 from specsample.core.tree import TreeLayout
 
 
@@ -208,6 +210,23 @@ class WeightTraffic(Protocol):
 
 
 @runtime_checkable
+class GreedyDraft(Protocol):
+  """A draft that gives its greedy tokens more cheaply than its logits over the whole
+  vocabulary (a feature draft's reduced output vocabulary; prompt lookup in front of a
+  draft): what greedy drafting needs, and nothing more."""
+
+  def extend_greedy(
+    self, state: Any, tokens: jax.Array, num_valid: jax.Array, **features: jax.Array
+  ) -> tuple[tuple[jax.Array, jax.Array], Any]:
+    """`extend` (features: a feature draft's keyword), giving instead of the logits
+    [batch, k, vocab] what greedy drafting reads of them: ((argmax int32[batch, k], the
+    lowest id on ties as `argmax_tokens`; unusable bool[batch, k], as `nonfinite_logits`),
+    state). Equal to those two of `extend`'s logits, with the same state; the token where
+    the logits are unusable is unspecified (the loop reports such a position)."""
+    ...
+
+
+@runtime_checkable
 class PromptLookupFront(Protocol):
   """A draft that is prompt lookup in front of a draft model (models.lookup_draft): the
   parts, for drafters that use them apart (a dynamic tree grows from the model and adds
@@ -254,3 +273,15 @@ def weights_per_call(model: Any) -> tuple[int, int] | None:
   """(count, bytes) of the weights one call of `model` reads (`WeightTraffic`), or None
   where the model does not say."""
   return model.weights_per_call() if isinstance(model, WeightTraffic) else None
+
+
+def greedy_extend(
+  model: Any, state: Any, tokens: jax.Array, num_valid: jax.Array, **features: jax.Array
+) -> tuple[tuple[jax.Array, jax.Array], Any]:
+  """`model`'s greedy tokens and unusable-logit flags (int32[batch, k], bool[batch, k])
+  after `extend(state, tokens, num_valid, **features)`, and the state: its own
+  `extend_greedy` (`GreedyDraft`), or taken from its logits."""
+  if isinstance(model, GreedyDraft):
+    return model.extend_greedy(state, tokens, num_valid, **features)
+  logits, state = model.extend(state, tokens, num_valid, **features)  # [batch, k, vocab]
+  return (argmax_tokens(logits), nonfinite_logits(logits)), state

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specsample.core.sampling import argmax_tokens, nonfinite_logits
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.decoder_only.network import Block, empty_caches
 from specsample.models.kv_cache import KVCache, causal_mask
@@ -118,6 +119,15 @@ class FeatureDraftNetwork(nn.Module):
     logits = logits.at[..., self.output_ids].set(kept.astype(jnp.float32))
     return logits, new_caches, x
 
+  def greedy(self, tokens, features, positions, caches, end_index):
+    """`__call__`'s argmax and unusable flags without the whole vocabulary's logits: ->
+    ((tokens int32[batch, k], bad bool[batch, k]), caches, features [batch, k, d]). The
+    same tokens, ties included, as `output_ids` is increasing (`load_feature_draft`)."""
+    x, new_caches = self.predict_features(tokens, features, positions, caches, end_index)
+    kept = self.kept_logits(x).astype(jnp.float32)  # [batch, k, output_vocab]
+    best = self.output_ids[argmax_tokens(kept)]  # [batch, k]
+    return (best, nonfinite_logits(kept)), new_caches, x
+
 
 @struct.dataclass
 class FeatureDraftState(KVCache):
@@ -163,14 +173,15 @@ class FeatureDraft:
     """The width of the target features it reads (d_model, times the fused layers + 1)."""
     return self.config.feature_size
 
-  def _run(self, state: KVCache, tokens, features):
+  def _run(self, state: KVCache, tokens, features, method="__call__"):
     """tokens int32[batch, k] with features [batch, k, d], written at each row's end ->
-    (logits [batch, k, vocab], the state with them written; its end index unmoved,
-    predicted features [batch, k, d])."""
+    (logits [batch, k, vocab] (method "greedy": (tokens, bad) [batch, k] each), the state
+    with them written; its end index unmoved, predicted features [batch, k, d])."""
     positions = state.end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
     logits, caches, outputs = FeatureDraftNetwork(self.config).apply(
-      {"params": self.params}, tokens, features, positions, state.caches, state.end_index
-    )
+      {"params": self.params}, tokens, features, positions, state.caches, state.end_index,
+      method=method,
+    )  # fmt: skip
     return logits, state.replace(caches=caches), outputs
 
   def _empty(self, batch: int, capacity: int) -> FeatureDraftState:
@@ -215,6 +226,20 @@ class FeatureDraft:
     feature of the position before it); features=None: one token per row, paired with
     the draft's own last output. -> (logits [batch, k, vocab], state); the state keeps the
     output at each row's last valid token as the next drafting step's feature."""
+    return self._extend(state, tokens, num_valid, features, "__call__")
+
+  def extend_greedy(
+    self,
+    state: FeatureDraftState,
+    tokens: jax.Array,
+    num_valid: jax.Array,
+    features: jax.Array | None = None,
+  ) -> tuple[tuple[jax.Array, jax.Array], FeatureDraftState]:
+    """`extend`'s argmax tokens and unusable flags ([batch, k] each; `GreedyDraft`) from
+    the reduced vocabulary's logits alone, and the same state."""
+    return self._extend(state, tokens, num_valid, features, "greedy")
+
+  def _extend(self, state: FeatureDraftState, tokens, num_valid, features, method):
     if features is None:
       if tokens.shape[1] != 1:
         raise ValueError(
@@ -222,11 +247,11 @@ class FeatureDraft:
           f"step), got {tokens.shape[1]}: pass the target's features for more"
         )
       features = state.last_feature[:, None]
-    logits, new_state, outputs = self._run(state, tokens, features)
+    result, new_state, outputs = self._run(state, tokens, features, method)
     last = jnp.maximum(num_valid - 1, 0)[:, None, None]  # [batch, 1, 1]
     last_output = jnp.take_along_axis(outputs, last, axis=1)[:, 0].astype(jnp.float32)
     last_feature = jnp.where((num_valid > 0)[:, None], last_output, state.last_feature)
-    return logits, new_state.replace(last_feature=last_feature).advance(num_valid)
+    return result, new_state.replace(last_feature=last_feature).advance(num_valid)
 
   def rewind(self, state: FeatureDraftState, end_index: jax.Array) -> FeatureDraftState:
     """Moves the end index (O(1)); the next extend must pass the target's features (the

@@ -112,6 +112,24 @@ class LookupThenModel:
     logits = jnp.where(trusted, one_hot, logits.astype(jnp.float32))
     return logits, LookupThenModelState(model=model_state, lookup=lookup_state)
 
+  def extend_greedy(
+    self,
+    state: LookupThenModelState,
+    tokens: jax.Array,
+    num_valid: jax.Array,
+    features: jax.Array | None = None,
+  ) -> tuple[tuple[jax.Array, jax.Array], LookupThenModelState]:
+    """`extend`'s argmax tokens and unusable flags ([batch, k] each; `GreedyDraft`): the
+    lookup's proposal where trusted, the model's greedy token elsewhere."""
+    extra = {} if features is None else {"features": features}
+    (best, bad), model_state = contract.greedy_extend(
+      self.model, state.model, tokens, num_valid, **extra
+    )  # [batch, k] each
+    proposals, lengths, lookup_state = self.lookup.lookup(state.lookup, tokens, num_valid)
+    trusted = lengths >= self.trust_ngram  # [batch, k]
+    best = jnp.where(trusted, proposals, best)
+    return (best, bad & ~trusted), LookupThenModelState(model=model_state, lookup=lookup_state)
+
   def weights_per_call(self) -> tuple[int, int] | None:
     """The model's (the lookup reads no weights; the model runs on every call); None when
     the model does not say."""

@@ -122,7 +122,7 @@ def training_facts(
 
 def stored_parameter_count(directory: str) -> int:
   """The trained parameters a feature draft's directory stores (all but `output_ids`),
-  counted as the float arrays they are (a draft loaded for 8-bit activations holds Q8_0
+  counted as the float arrays they are (a draft loaded for 8-bit activations holds Q4_0
   blocks, whose bytes are not its parameters)."""
   from safetensors import safe_open
 

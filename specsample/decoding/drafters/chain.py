@@ -10,13 +10,14 @@ over 1 token otherwise (`lax.cond`; the common case, and cheaper on CPUs). Promp
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.core.contract import LanguageModel
+from specsample.core.contract import LanguageModel, greedy_extend
 from specsample.core.sampling import SamplingConfig, nonfinite_logits
 from specsample.core.verification import VerificationRule
 from specsample.decoding.commit import draw
@@ -41,18 +42,21 @@ class ChainState:
   num_pending: jax.Array  # int32[batch]: 1 or 2
 
 
-def catch_up(draft: LanguageModel, draft_state, pending: jax.Array, num_pending: jax.Array):
+def catch_up(
+  draft: LanguageModel, draft_state, pending: jax.Array, num_pending: jax.Array, *, greedy=False
+):
   """The draft consumes each row's 1 or 2 pending tokens (pending int32[batch, 2],
   num_pending int32[batch], 0 for rows that sit out) in one call.
 
   A 2-token call only when some row owes two: a 1-token call costs less on CPUs (a
   matrix-vector product, and no second position). Returns the logits after each row's
-  last pending token [batch, vocab] and the state.
+  last pending token [batch, vocab] (greedy: the draft's greedy token and unusable flag
+  there, [batch] each; `draft_call`) and the state.
   """
   return jax.lax.cond(
     jnp.any(num_pending == 2),
-    catch_up_two,
-    catch_up_one,
+    functools.partial(catch_up_two, greedy=greedy),
+    functools.partial(catch_up_one, greedy=greedy),
     draft,
     draft_state,
     pending,
@@ -60,26 +64,57 @@ def catch_up(draft: LanguageModel, draft_state, pending: jax.Array, num_pending:
   )
 
 
-def catch_up_two(draft, draft_state, pending: jax.Array, num_pending: jax.Array):
-  logits, draft_state = draft.extend(draft_state, pending, num_pending)  # [batch, 2, vocab]
-  last_pending = jnp.maximum(num_pending - 1, 0)
-  return jnp.take_along_axis(logits, last_pending[:, None, None], axis=1)[:, 0], draft_state
+def catch_up_two(draft, draft_state, pending: jax.Array, num_pending: jax.Array, *, greedy=False):
+  result, draft_state = draft_call(draft, draft_state, pending, num_pending, greedy=greedy)
+  return at_position(result, jnp.maximum(num_pending - 1, 0)), draft_state
 
 
-def catch_up_one(draft, draft_state, pending: jax.Array, num_pending: jax.Array):
-  logits, draft_state = draft.extend(draft_state, pending[:, :1], num_pending)
-  return logits[:, 0], draft_state
+def catch_up_one(draft, draft_state, pending: jax.Array, num_pending: jax.Array, *, greedy=False):
+  result, draft_state = draft_call(draft, draft_state, pending[:, :1], num_pending, greedy=greedy)
+  return jax.tree.map(lambda a: a[:, 0], result), draft_state
 
 
-def draw_chain(draft, draft_state, first_logits, active, keys, *, sampling, need_probs):
-  """From p_1's logits [batch, vocab], draws x_1 and drafts x_2..x_gamma one step at a
-  time (the draft sees x_1..x_{gamma-1}; gamma = len(keys)). -> Proposal (all gamma)."""
+def draft_call(draft, draft_state, tokens: jax.Array, num_valid: jax.Array, *, greedy, **features):
+  """The draft's `extend` -> (logits [batch, k, vocab], state); greedy: what greedy
+  drafting reads of them, ((tokens int32[batch, k], unusable bool[batch, k]), state)
+  (`contract.greedy_extend`: a feature draft never builds its whole vocabulary's logits)."""
+  if greedy:
+    return greedy_extend(draft, draft_state, tokens, num_valid, **features)
+  return draft.extend(draft_state, tokens, num_valid, **features)
+
+
+def at_position(result, index: jax.Array):
+  """Each array [batch, k, ...] of `result` at each row's position index int32[batch] ->
+  [batch, ...]."""
+
+  def take(a):
+    where = index.reshape((-1,) + (1,) * (a.ndim - 1))  # [batch, 1, ...]
+    return jnp.take_along_axis(a, where, axis=1)[:, 0]
+
+  return jax.tree.map(take, result)
+
+
+def draw_chain(draft, draft_state, first, active, keys, *, sampling, need_probs):
+  """From p_1, draws x_1 and drafts x_2..x_gamma one step at a time (the draft sees
+  x_1..x_{gamma-1}; gamma = len(keys)). first: p_1's logits [batch, vocab], or for greedy
+  drafting without probabilities (`greedy_drafting`) the draft's greedy token and
+  unusable flag, [batch] each. -> Proposal (all gamma)."""
+  greedy = greedy_drafting(sampling, need_probs)
   gamma = keys.shape[0]
   one = active.astype(jnp.int32)  # [batch]: 1 for rows that advance
-  token, probs = draw(keys[0], first_logits, sampling, need_probs=need_probs)
+  if greedy:
+    (token, first_bad), probs = first, None
+  else:
+    token, probs = draw(keys[0], first, sampling, need_probs=need_probs)
+    first_bad = nonfinite_logits(first)
 
   def draft_step(carry, step_key):
     draft_state, token = carry
+    if greedy:  # [batch, 1] each
+      (next_token, bad), draft_state = draft_call(
+        draft, draft_state, token[:, None], one, greedy=True
+      )
+      return (draft_state, next_token[:, 0]), (next_token[:, 0], None, bad[:, 0])
     logits, draft_state = draft.extend(draft_state, token[:, None], one)  # [batch, 1, vocab]
     next_token, probs = draw(step_key, logits[:, 0], sampling, need_probs=need_probs)
     return (draft_state, next_token), (next_token, probs, nonfinite_logits(logits[:, 0]))
@@ -90,10 +125,16 @@ def draw_chain(draft, draft_state, first_logits, active, keys, *, sampling, need
   tokens = jnp.concatenate([token[:, None], rest_tokens.T], axis=1)  # [batch, gamma]
   if need_probs:  # [batch, gamma, vocab]
     probs = jnp.concatenate([probs[:, None], jnp.moveaxis(rest_probs, 0, 1)], axis=1)
-  bad = jnp.concatenate([nonfinite_logits(first_logits)[:, None], rest_bad.T], axis=1)
+  bad = jnp.concatenate([first_bad[:, None], rest_bad.T], axis=1)
   return Proposal(
     tokens=tokens, probs=probs, bad=bad, num_drafted=None, steps=gamma, model_state=draft_state
   )
+
+
+def greedy_drafting(sampling: SamplingConfig, need_probs: bool) -> bool:
+  """Whether a chain is drafted from greedy tokens alone (`contract.greedy_extend`):
+  greedy sampling whose verification compares tokens only."""
+  return sampling.is_greedy and not need_probs
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -126,10 +167,11 @@ class ChainDrafter:
 
   def propose(self, state: ChainState, active, key) -> Proposal:
     owed = jnp.where(active, state.num_pending, 0)  # [batch]
-    first_logits, model_state = catch_up(self.draft, state.model_state, state.pending, owed)
+    greedy = greedy_drafting(self.sampling, self.need_probs)
+    first, model_state = catch_up(self.draft, state.model_state, state.pending, owed, greedy=greedy)
     keys = jax.random.split(key, self.gamma)
     return draw_chain(
-      self.draft, model_state, first_logits, active, keys,
+      self.draft, model_state, first, active, keys,
       sampling=self.sampling, need_probs=self.need_probs,
     )  # fmt: skip
 

@@ -17,7 +17,13 @@ import jax.numpy as jnp
 from flax import struct
 
 from specsample.decoding.drafters.base import Proposal, Scored, rewind_target
-from specsample.decoding.drafters.chain import ChainDrafter, draw_chain
+from specsample.decoding.drafters.chain import (
+  ChainDrafter,
+  at_position,
+  draft_call,
+  draw_chain,
+  greedy_drafting,
+)
 
 
 @struct.dataclass(kw_only=True)
@@ -29,20 +35,23 @@ class FeatureState:
 
 
 def catch_up_with_features(
-  draft, draft_state, pending: jax.Array, num_pending: jax.Array, features: jax.Array
-):
+  draft, draft_state, pending: jax.Array, num_pending: jax.Array, features: jax.Array,
+  *, greedy=False,
+):  # fmt: skip
   """A feature draft's catch-up: each row's num_pending int32[batch] (0..w) pending tokens
   int32[batch, w], each with the target's feature of the position before it [batch, w, d],
   in one call only as wide as the row that owes most (`lax.switch` over the widths: a
   narrower call costs less on CPUs). Returns the logits after each row's last pending
-  token [batch, vocab] and the state."""
+  token [batch, vocab] (greedy: the greedy token and unusable flag there, [batch] each;
+  `chain.draft_call`) and the state."""
   width = pending.shape[1]
 
   def caller(k: int):
     def call(state):
-      logits, state = draft.extend(state, pending[:, :k], num_pending, features=features[:, :k])
-      last = jnp.clip(num_pending - 1, 0, k - 1)[:, None, None]  # [batch, 1, 1]
-      return jnp.take_along_axis(logits, last, axis=1)[:, 0], state
+      result, state = draft_call(
+        draft, state, pending[:, :k], num_pending, greedy=greedy, features=features[:, :k]
+      )
+      return at_position(result, jnp.clip(num_pending - 1, 0, k - 1)), state
 
     return call
 
@@ -77,12 +86,13 @@ class FeatureDrafter(ChainDrafter):
 
   def propose(self, state: FeatureState, active, key) -> Proposal:
     owed = jnp.where(active, state.num_pending, 0)  # [batch]
-    first_logits, model_state = catch_up_with_features(
-      self.draft, state.model_state, state.pending, owed, state.pending_features
+    greedy = greedy_drafting(self.sampling, self.need_probs)
+    first, model_state = catch_up_with_features(
+      self.draft, state.model_state, state.pending, owed, state.pending_features, greedy=greedy
     )
     keys = jax.random.split(key, self.gamma)
     return draw_chain(
-      self.draft, model_state, first_logits, active, keys,
+      self.draft, model_state, first, active, keys,
       sampling=self.sampling, need_probs=self.need_probs,
     )  # fmt: skip
 
