@@ -33,7 +33,6 @@ from specsample.checkpoints.feature_draft import (
   load_feature_draft,
 )
 from specsample.core.sampling import argmax_tokens
-from specsample.models.weights import read_weights
 
 CALLS = 20  # calls per timed program
 
@@ -100,7 +99,7 @@ def main() -> int:
   print("| draft matrices | MB per call | logits step | greedy step | greedy / target step |")
   print("|---|---|---|---|---|")
   for name, draft in drafts.items():
-    megabytes = read_weights(draft.params, skip=lambda p: p[0] in ("embed", "output_ids"))[1] / 1e6
+    megabytes = draft.weights_per_call()[1] / 1e6
     print(
       f"| {name} | {megabytes:.1f} | {ms['logits', name]:.3f} | {ms['greedy', name]:.3f} | "
       f"{ms['greedy', name] / step:.3f} |"

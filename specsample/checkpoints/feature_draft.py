@@ -140,7 +140,7 @@ def load_feature_draft(
   elif isinstance(embedding, int8_blocks.Int8BlockMatrix):
     # The kept rows of the target's blocks, in the draft's own format (below).
     if embedding.format == block_format:
-      rows = int8_blocks.select_rows(embedding, np.asarray(ids))
+      rows = int8_blocks.select_rows(embedding, stored_ids)
     else:
       rows = _draft_blocks(np.asarray(int8_blocks.take_rows(embedding, ids)), block_format)
   else:
