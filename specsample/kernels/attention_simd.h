@@ -66,6 +66,37 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::Mask Seen(
 // How many cache entries ahead of the one being read are prefetched.
 constexpr int64_t kPrefetchEntries = 8;
 
+// out[r][at + 0 .. N L) = sum over entries e < end of p_{r,e} v_e / l_r for the N vectors
+// of each value from `values` on (entry e at values + e * stride); p_{r,e} at
+// scores[r * row + e], l_r at scores[r * row + end]. N is a constant so that the sums and
+// the loaded vectors stay in registers (with a count known only at run time the compiler
+// copied each entry's vectors through memory, a library call per entry).
+template <int R, int N>
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline void WeightedValues(
+    const float* values, int64_t stride, int64_t end, const float* scores, int64_t row,
+    float* const* out, int64_t at) {
+  constexpr int L = Vec::kLanes;
+  typename Vec::V acc[R][N];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < N; ++j) acc[r][j] = Vec::Zero();
+  for (int64_t e = 0; e < end; ++e) {
+    if (e + kPrefetchEntries < end)
+      for (int j = 0; j < N * L; j += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(values + (e + kPrefetchEntries) * stride + j), _MM_HINT_T0);
+    const float* v = values + e * stride;
+    typename Vec::V vv[N];
+    for (int j = 0; j < N; ++j) vv[j] = Vec::Load(v + L * j);
+    for (int r = 0; r < R; ++r) {
+      const typename Vec::V p = Vec::Broadcast(scores[r * row + e]);
+      for (int j = 0; j < N; ++j) acc[r][j] = Vec::MulAdd(p, vv[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const typename Vec::V l = Vec::Broadcast(scores[r * row + end]);
+    for (int j = 0; j < N; ++j) Vec::Store(out[r] + at + L * j, Vec::Div(acc[r][j], l));
+  }
+}
+
 // R query heads sharing one cache head (heads of one query, or of a row's several queries):
 // out[r] [D] = softmax over head r's allowed entries s < ends[r] of (q[r] . k_s) * scale,
 // times v_s. keys, values: entry s at keys + s * stride; allowed[r][s]: whether head r sees
@@ -134,27 +165,13 @@ SPECSAMPLE_SIMD void AttendHeads(const float* const* q, const float* keys, const
   // entry head r does not see has p = 0, and adding 0 * v (v finite) leaves the sum as it
   // was bit for bit (it is never -0: it starts at +0, and x + -x rounds to +0), so adding
   // it equals skipping it, as the head alone would.
-  for (int64_t i = 0; i < d; i += 4 * L) {
-    const int vectors = static_cast<int>(std::min<int64_t>(4, (d - i) / L));
-    typename Vec::V acc[R][4];
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 4; ++j) acc[r][j] = Vec::Zero();
-    for (int64_t e = 0; e < end; ++e) {
-      if (e + kPrefetchEntries < end)
-        for (int j = 0; j < vectors * L; j += 16)
-          _mm_prefetch(reinterpret_cast<const char*>(values + (e + kPrefetchEntries) * stride + i + j), _MM_HINT_T0);
-      const float* v = values + e * stride + i;
-      typename Vec::V vv[4];
-      for (int j = 0; j < vectors; ++j) vv[j] = Vec::Load(v + L * j);
-      for (int r = 0; r < R; ++r) {
-        const typename Vec::V p = Vec::Broadcast(scores[r * row + e]);
-        for (int j = 0; j < vectors; ++j) acc[r][j] = Vec::MulAdd(p, vv[j], acc[r][j]);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      const typename Vec::V l = Vec::Broadcast(scores[r * row + end]);
-      for (int j = 0; j < vectors; ++j) Vec::Store(out[r] + i + L * j, Vec::Div(acc[r][j], l));
-    }
+  int64_t i = 0;
+  for (; i + 4 * L <= d; i += 4 * L) WeightedValues<R, 4>(values + i, stride, end, scores, row, out, i);
+  switch ((d - i) / L) {
+    case 3: return WeightedValues<R, 3>(values + i, stride, end, scores, row, out, i);
+    case 2: return WeightedValues<R, 2>(values + i, stride, end, scores, row, out, i);
+    case 1: return WeightedValues<R, 1>(values + i, stride, end, scores, row, out, i);
+    default: return;
   }
 }
 
