@@ -70,6 +70,30 @@ def test_the_kernel_is_masked_softmax_attention(heads, kv_heads, head_dim, isa):
 
 
 @requires_kernel
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (12, 1, 128)])
+def test_k_rows_in_one_call_equal_each_row_alone_at_a_long_context(heads, kv_heads, head_dim):
+  """k = 1..16 query rows of one sequence (a verify call or a tree) read the cache together:
+  the query heads of a cache head go in sets of up to 32, a tile of entries at a time, in
+  groups that share each tile's loads. Every row's output equals the row alone, bit for
+  bit, whatever k, at a context of 2,100 entries with holes in the masks."""
+  rng = np.random.default_rng(heads)
+  capacity, start, most = 2200, 2100, 16
+  q, keys, values = _operands(rng, 1, most, heads, kv_heads, head_dim, capacity)
+  positions = start + np.arange(most)
+  allowed = np.arange(capacity)[None, None, :] <= positions[None, :, None]  # [1, 16, capacity]
+  allowed[0, 3, 1000:1040] = False
+  allowed[0, 11, 7] = False
+  alone = [
+    np.asarray(_kernel(q[:, i : i + 1], keys, values, allowed[:, i : i + 1]))[:, 0]
+    for i in range(most)
+  ]
+  for k in (2, 3, 5, 8, 11, 16):
+    together = np.asarray(_kernel(q[:, :k], keys, values, allowed[:, :k]))
+    for i in range(k):
+      np.testing.assert_array_equal(together[:, i], alone[i], err_msg=f"k {k}, row {i}")
+
+
+@requires_kernel
 def test_a_query_that_sees_nothing_gets_zeros():
   q, keys, values = _operands(np.random.default_rng(1), 1, 2, 2, 1, 16, 8)
   allowed = np.zeros((1, 2, 8), bool)

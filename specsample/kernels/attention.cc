@@ -6,7 +6,8 @@
 // query head h reading cache head h / (H / KV) (grouped-query attention). Each query reads
 // only the entries before its end, whatever the capacity C, and is computed alone
 // (attention_simd.h), so a verified position's attention equals a plain decoding step's
-// bit for bit. Parts: one per (row, query, cache head), spread over SpinPool's threads.
+// bit for bit. Parts: sets of the query heads that read one cache head, spread over
+// SpinPool's threads.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -47,23 +48,33 @@ void CachedAttentionRows(Isa isa, int threads, const float* qp, const float* kp,
                          int64_t capacity, float scale, float* op) {
   const int64_t groups = heads / kv_heads;
   const int64_t stride = kv_heads * d;  // between cache entries
-  // A part: up to per_pass query heads of one row and cache head, taken from the row's
-  // queries in order (query i, head g: number i * groups + g), sharing the cache's loads.
-  const int64_t per_pass = isa == Isa::kAvx512 ? 4 : 2;
+  // A part: a set of the query heads that read one row's cache head (query i, head g:
+  // number i * groups + g, in that order), reading the cache once. A cache head's heads are
+  // split into `splits` sets only to give every thread work (a set's heads in multiples of
+  // the kernel's group) and to bound the scores' scratch (at most kMaxSet heads).
+  constexpr int64_t kMaxSet = 32;
+  const int64_t group = isa == Isa::kAvx512 ? attention_avx512::kGroup : attention_avx2::kGroup;
   const int64_t heads_per_row = rows * groups;  // of one cache head
-  const int64_t passes = (heads_per_row + per_pass - 1) / per_pass;
+  const int64_t cache_heads = batch * kv_heads;
+  const int64_t most_splits = (heads_per_row + group - 1) / group;
+  const int64_t wanted = std::max((2 * threads + cache_heads - 1) / cache_heads,
+                                  (heads_per_row + kMaxSet - 1) / kMaxSet);
+  const int64_t splits = std::max<int64_t>(1, std::min(most_splits, wanted));
+  // <= kMaxSet: splits >= heads_per_row / kMaxSet and kMaxSet is a multiple of the group.
+  const int64_t per_set = (most_splits + splits - 1) / splits * group;
   auto part = [=](int64_t p) {
-    const int64_t pass = p % passes, kv = (p / passes) % kv_heads, b = p / (passes * kv_heads);
+    const int64_t split = p % splits, kv = (p / splits) % kv_heads, b = p / (splits * kv_heads);
     const float* cache_k = kp + b * capacity * stride + kv * d;
     const float* cache_v = vp + b * capacity * stride + kv * d;
-    const int64_t first = pass * per_pass;
-    const int r = static_cast<int>(std::min(per_pass, heads_per_row - first));
-    const float* query[4];
-    float* result[4];
-    const bool* seen[4];
-    int64_t ends[4];
+    const int64_t first = split * per_set;
+    const int64_t n = std::min(per_set, heads_per_row - first);
+    if (n <= 0) return;
+    const float* query[kMaxSet];
+    float* result[kMaxSet];
+    const bool* seen[kMaxSet];
+    int64_t ends[kMaxSet];
     int64_t widest = 0;
-    for (int j = 0; j < r; ++j) {
+    for (int64_t j = 0; j < n; ++j) {
       const int64_t i = (first + j) / groups, g = (first + j) % groups;
       const int64_t at = ((b * rows + i) * heads + kv * groups + g) * d;
       query[j] = qp + at;
@@ -73,23 +84,22 @@ void CachedAttentionRows(Isa isa, int threads, const float* qp, const float* kp,
       widest = std::max(widest, ends[j]);
     }
     thread_local std::vector<float> scores;
-    if (static_cast<int64_t>(scores.size()) < per_pass * (widest + 4)) {
-      scores.resize(per_pass * (widest + 4));
-    }
+    if (static_cast<int64_t>(scores.size()) < n * (widest + 4)) scores.resize(n * (widest + 4));
     if (widest == 0) {  // none sees anything
-      for (int j = 0; j < r; ++j) std::fill(result[j], result[j] + d, 0.0f);
+      for (int64_t j = 0; j < n; ++j) std::fill(result[j], result[j] + d, 0.0f);
+      return;
     } else if (isa == Isa::kAvx512) {
-      attention_avx512::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, ends, d, scale,
-                                      scores.data(), result);
+      attention_avx512::AttendHeadSet(n, query, cache_k, cache_v, stride, seen,
+                                      ends, d, scale, scores.data(), result);
     } else {
-      attention_avx2::AttendHeadsOf(r, query, cache_k, cache_v, stride, seen, ends, d, scale,
-                                    scores.data(), result);
+      attention_avx2::AttendHeadSet(n, query, cache_k, cache_v, stride, seen,
+                                    ends, d, scale, scores.data(), result);
     }
-    for (int j = 0; j < r; ++j) {  // a head that sees nothing while another of the pass does
+    for (int64_t j = 0; j < n; ++j) {  // a head that sees nothing while another of the set does
       if (ends[j] == 0) std::fill(result[j], result[j] + d, 0.0f);
     }
   };
-  const int64_t parts = batch * kv_heads * passes;
+  const int64_t parts = cache_heads * splits;
   if (parts == 1 || threads <= 1) {
     for (int64_t p = 0; p < parts; ++p) part(p);
   } else {

@@ -66,66 +66,131 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::Mask Seen(
 // How many cache entries ahead of the one being read are prefetched.
 constexpr int64_t kPrefetchEntries = 8;
 
-// out[r][at + 0 .. N L) = sum over entries e < end of p_{r,e} v_e / l_r for the N vectors
-// of each value from `values` on (entry e at values + e * stride); p_{r,e} at
-// scores[r * row + e], l_r at scores[r * row + end]. N is a constant so that the sums and
-// the loaded vectors stay in registers (with a count known only at run time the compiler
-// copied each entry's vectors through memory, a library call per entry).
-template <int R, int N>
-SPECSAMPLE_SIMD __attribute__((always_inline)) inline void WeightedValues(
-    const float* values, int64_t stride, int64_t end, const float* scores, int64_t row,
-    float* const* out, int64_t at) {
-  constexpr int L = Vec::kLanes;
-  typename Vec::V acc[R][N];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < N; ++j) acc[r][j] = Vec::Zero();
-  for (int64_t e = 0; e < end; ++e) {
-    if (e + kPrefetchEntries < end)
-      for (int j = 0; j < N * L; j += 16)
-        _mm_prefetch(reinterpret_cast<const char*>(values + (e + kPrefetchEntries) * stride + j), _MM_HINT_T0);
-    const float* v = values + e * stride;
-    typename Vec::V vv[N];
-    for (int j = 0; j < N; ++j) vv[j] = Vec::Load(v + L * j);
-    for (int r = 0; r < R; ++r) {
-      const typename Vec::V p = Vec::Broadcast(scores[r * row + e]);
-      for (int j = 0; j < N; ++j) acc[r][j] = Vec::MulAdd(p, vv[j], acc[r][j]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    const typename Vec::V l = Vec::Broadcast(scores[r * row + end]);
-    for (int j = 0; j < N; ++j) Vec::Store(out[r] + at + L * j, Vec::Div(acc[r][j], l));
-  }
+// Entries per tile: a tile's keys (then its values) are read from memory by the set's first
+// group of heads and stay in the L1 cache for the others.
+SPECSAMPLE_SIMD inline int64_t TileEntries(int64_t d) {
+  return std::max<int64_t>(4, 16384 / (4 * d) / 4 * 4);
 }
 
-// R query heads sharing one cache head (heads of one query, or of a row's several queries):
-// out[r] [D] = softmax over head r's allowed entries s < ends[r] of (q[r] . k_s) * scale,
-// times v_s. keys, values: entry s at keys + s * stride; allowed[r][s]: whether head r sees
-// entry s; scores: scratch of R * (max end + 4) floats. Each head's numbers are those it
-// would have alone: the entries' loads are shared, each head's sums run over its own
-// entries in the same order.
+// Scores of R heads for the entries s0 <= s < s1 (s0, s1 multiples of 4; entries past `end`
+// read the last entry again, their scores are dropped later): t[r * row + s] = q[r] . k_s.
 template <int R>
-SPECSAMPLE_SIMD void AttendHeads(const float* const* q, const float* keys, const float* values,
-                                 int64_t stride, const bool* const* allowed, const int64_t* ends,
-                                 int64_t d, float scale, float* scores, float* const* out) {
-  constexpr int L = Vec::kLanes;
-  int64_t end = 0;
-  for (int r = 0; r < R; ++r) end = std::max(end, ends[r]);
-  const int64_t row = end + 4;  // scores of head r: scores + r * row
-  // Scores, 4 entries at a time (past the end: the last entry again, then dropped).
-  for (int64_t s = 0; s < end; s += 4) {
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline void ScoreTile(
+    const float* const* q, const float* keys, int64_t stride, int64_t s0, int64_t s1,
+    int64_t end, int64_t d, bool prefetch, float* t, int64_t row) {
+  for (int64_t s = s0; s < s1; s += 4) {
     const float* k[4];
     for (int j = 0; j < 4; ++j) k[j] = keys + std::min(s + j, end - 1) * stride;
-    if (s + kPrefetchEntries + 4 <= end) {  // entries read kPrefetchEntries later, all lines
+    if (prefetch && s + kPrefetchEntries + 4 <= end) {  // read kPrefetchEntries later
       for (int j = 0; j < 4; ++j)
         for (int64_t line = 0; line < d; line += 16)
           _mm_prefetch(reinterpret_cast<const char*>(k[j] + kPrefetchEntries * stride + line), _MM_HINT_T0);
     }
-    Dot4<R>(q, k, d, scores + s, row);
+    Dot4<R>(q, k, d, t + s, row);
+  }
+}
+
+// The weighted values of R heads over the entries e0 <= e < e1, for the N vectors of each
+// value from column `at` on: sums[r] = (e0 == 0 ? 0 : out[r]) + sum_e p_{r,e} v_e in order
+// of e (p_{r,e} at p[r * row + e]), stored to out[r] (divided by l_r = p[r * row + end]
+// when e1 == end). Storing and reloading a float is exact, so each sum is the one a single
+// pass over all entries would make. N is a constant so that the sums and the loaded
+// vectors stay in registers (with a count known only at run time the compiler copied each
+// entry's vectors through memory, a library call per entry).
+template <int R, int N>
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline void WeightTile(
+    const float* values, int64_t stride, int64_t e0, int64_t e1, int64_t end, bool prefetch,
+    const float* p, int64_t row, float* const* out, int64_t at) {
+  constexpr int L = Vec::kLanes;
+  typename Vec::V acc[R][N];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < N; ++j)
+      acc[r][j] = e0 == 0 ? Vec::Zero() : Vec::Load(out[r] + at + L * j);
+  for (int64_t e = e0; e < e1; ++e) {
+    if (prefetch && e + kPrefetchEntries < end)
+      for (int j = 0; j < N * L; j += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(values + (e + kPrefetchEntries) * stride + at + j), _MM_HINT_T0);
+    const float* v = values + e * stride + at;
+    typename Vec::V vv[N];
+    for (int j = 0; j < N; ++j) vv[j] = Vec::Load(v + L * j);
+    for (int r = 0; r < R; ++r) {
+      const typename Vec::V pv = Vec::Broadcast(p[r * row + e]);
+      for (int j = 0; j < N; ++j) acc[r][j] = Vec::MulAdd(pv, vv[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if (e1 == end) {
+      const typename Vec::V l = Vec::Broadcast(p[r * row + end]);
+      for (int j = 0; j < N; ++j) Vec::Store(out[r] + at + L * j, Vec::Div(acc[r][j], l));
+    } else {
+      for (int j = 0; j < N; ++j) Vec::Store(out[r] + at + L * j, acc[r][j]);
+    }
+  }
+}
+
+// WeightTile<R, N> for every N-vector part of a head's D columns (N = 4, then the rest).
+template <int R>
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline void WeightTileColumns(
+    const float* values, int64_t stride, int64_t e0, int64_t e1, int64_t end, int64_t d,
+    bool prefetch, const float* p, int64_t row, float* const* out) {
+  constexpr int L = Vec::kLanes;
+  int64_t at = 0;
+  for (; at + 4 * L <= d; at += 4 * L)
+    WeightTile<R, 4>(values, stride, e0, e1, end, prefetch, p, row, out, at);
+  switch ((d - at) / L) {
+    case 3: return WeightTile<R, 3>(values, stride, e0, e1, end, prefetch, p, row, out, at);
+    case 2: return WeightTile<R, 2>(values, stride, e0, e1, end, prefetch, p, row, out, at);
+    case 1: return WeightTile<R, 1>(values, stride, e0, e1, end, prefetch, p, row, out, at);
+    default: return;
+  }
+}
+
+// Heads of one set processed together, in groups of up to kGroup (the sums of a group stay in
+// registers; every group reads a tile's entries from L1 after the first).
+constexpr int kGroup = Vec::kLanes == 16 ? 4 : 2;
+
+// The n query heads of a set sharing one cache head (the heads of one query, or of a row's
+// several queries): out[r] [D] = softmax over head r's allowed entries s < ends[r] of
+// (q[r] . k_s) * scale, times v_s. keys, values: entry s at keys + s * stride; allowed[r][s]:
+// whether head r sees entry s; scores: scratch of n * (max end + 4) floats. The cache is read
+// from memory once per set, a tile at a time. Each head's numbers are those it would have
+// alone: every sum runs over the head's own entries in the same order, whatever the set.
+SPECSAMPLE_SIMD inline void AttendHeadSet(int64_t n, const float* const* q, const float* keys,
+                                          const float* values, int64_t stride,
+                                          const bool* const* allowed, const int64_t* ends,
+                                          int64_t d, float scale, float* scores,
+                                          float* const* out) {
+  constexpr int L = Vec::kLanes;
+  int64_t end = 0;
+  for (int64_t r = 0; r < n; ++r) end = std::max(end, ends[r]);
+  const int64_t row = end + 4;  // scores of head r: scores + r * row
+  // One group shares nothing: its entries are read once in a single tile.
+  const int64_t tile = n <= kGroup ? (end + 3) / 4 * 4 : TileEntries(d);
+  // Scores, a tile of entries at a time, 4 entries per dot-product call.
+  for (int64_t s0 = 0; s0 < end; s0 += tile) {
+    const int64_t s1 = std::min(s0 + tile, (end + 3) / 4 * 4);
+    for (int64_t g = 0; g < n; g += kGroup) {
+      const bool first = g == 0;
+      float* t = scores + g * row;
+      switch (std::min<int64_t>(kGroup, n - g)) {
+        case 1: ScoreTile<1>(q + g, keys, stride, s0, s1, end, d, first, t, row); break;
+        case 2: ScoreTile<2>(q + g, keys, stride, s0, s1, end, d, first, t, row); break;
+        default:
+          if constexpr (kGroup == 4) {
+            if (n - g == 3) {
+              ScoreTile<3>(q + g, keys, stride, s0, s1, end, d, first, t, row);
+            } else {
+              ScoreTile<4>(q + g, keys, stride, s0, s1, end, d, first, t, row);
+            }
+          }
+          break;
+      }
+    }
   }
   const float minus_infinity = -std::numeric_limits<float>::infinity();
   const typename Vec::V scale_v = Vec::Broadcast(scale);
   const typename Vec::V masked = Vec::Broadcast(minus_infinity);
-  for (int r = 0; r < R; ++r) {
+  for (int64_t r = 0; r < n; ++r) {
     float* t = scores + r * row;
     const int64_t own = ends[r];
     // t_s = score * scale where allowed, -inf elsewhere; m = their maximum (exact in any order)
@@ -161,30 +226,28 @@ SPECSAMPLE_SIMD void AttendHeads(const float* const* q, const float* keys, const
     t[end] = Vec::Sum(Vec::Load(lane_sums));  // kept past the entries
     for (int64_t e = own; e < end; ++e) t[e] = 0.0f;  // past head r's end: p = 0
   }
-  // out[r] = sum over head r's entries of p_s v_s / l, each value vector loaded once. An
+  // out[r] = sum over head r's entries of p_s v_s / l, a tile of entries at a time. An
   // entry head r does not see has p = 0, and adding 0 * v (v finite) leaves the sum as it
   // was bit for bit (it is never -0: it starts at +0, and x + -x rounds to +0), so adding
   // it equals skipping it, as the head alone would.
-  int64_t i = 0;
-  for (; i + 4 * L <= d; i += 4 * L) WeightedValues<R, 4>(values + i, stride, end, scores, row, out, i);
-  switch ((d - i) / L) {
-    case 3: return WeightedValues<R, 3>(values + i, stride, end, scores, row, out, i);
-    case 2: return WeightedValues<R, 2>(values + i, stride, end, scores, row, out, i);
-    case 1: return WeightedValues<R, 1>(values + i, stride, end, scores, row, out, i);
-    default: return;
-  }
-}
-
-// AttendHeads<R> for R = 1..4 (the heads of one pass).
-SPECSAMPLE_SIMD inline void AttendHeadsOf(int heads, const float* const* q, const float* keys,
-                                          const float* values, int64_t stride,
-                                          const bool* const* allowed, const int64_t* ends,
-                                          int64_t d, float scale, float* scores,
-                                          float* const* out) {
-  switch (heads) {
-    case 1: return AttendHeads<1>(q, keys, values, stride, allowed, ends, d, scale, scores, out);
-    case 2: return AttendHeads<2>(q, keys, values, stride, allowed, ends, d, scale, scores, out);
-    case 3: return AttendHeads<3>(q, keys, values, stride, allowed, ends, d, scale, scores, out);
-    default: return AttendHeads<4>(q, keys, values, stride, allowed, ends, d, scale, scores, out);
+  for (int64_t e0 = 0; e0 < end; e0 += tile) {
+    const int64_t e1 = std::min(e0 + tile, end);
+    for (int64_t g = 0; g < n; g += kGroup) {
+      const bool first = g == 0;
+      const float* p = scores + g * row;
+      switch (std::min<int64_t>(kGroup, n - g)) {
+        case 1: WeightTileColumns<1>(values, stride, e0, e1, end, d, first, p, row, out + g); break;
+        case 2: WeightTileColumns<2>(values, stride, e0, e1, end, d, first, p, row, out + g); break;
+        default:
+          if constexpr (kGroup == 4) {
+            if (n - g == 3) {
+              WeightTileColumns<3>(values, stride, e0, e1, end, d, first, p, row, out + g);
+            } else {
+              WeightTileColumns<4>(values, stride, e0, e1, end, d, first, p, row, out + g);
+            }
+          }
+          break;
+      }
+    }
   }
 }
