@@ -230,6 +230,7 @@ def load_pair(
     f"draft {draft_spec if named else checkpoint_id(draft_spec)}",
     f"lookup {isinstance(draft_model, LookupThenModel)}",
     f"weights {weights} activations {activations} dtype {dtype} q8_0 draft {in_blocks}",
+    f"cache {target_model.config.cache_dtype or target_model.config.dtype}",
     # The bytes a draft call reads: a new release's draft arithmetic is a new pair.
     f"draft weights {weights_per_call(draft_model)}",
   ])  # fmt: skip

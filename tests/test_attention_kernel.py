@@ -94,6 +94,36 @@ def test_k_rows_in_one_call_equal_each_row_alone_at_a_long_context(heads, kv_hea
 
 
 @requires_kernel
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (4, 1, 128)])
+def test_a_bfloat16_cache_is_read_as_its_numbers_widened(heads, kv_heads, head_dim, isa):
+  """Keys and values in bfloat16 (half the bytes to read): the kernel widens each number
+  as it reads it, so its output equals, bit for bit, the float32 kernel's over the same
+  numbers stored widened, for every k and at any context."""
+  rng = np.random.default_rng(head_dim)
+  batch, k, capacity = 2, 6, 700
+  q, keys, values = _operands(rng, batch, k, heads, kv_heads, head_dim, capacity)
+  keys16, values16 = jnp.asarray(keys, jnp.bfloat16), jnp.asarray(values, jnp.bfloat16)
+  positions = np.array([[650], [40]]) + np.arange(k)
+  allowed = np.arange(capacity)[None, None, :] <= positions[:, :, None]
+  allowed[0, 1, 100:300] = False
+  text = jax.jit(attention.cached_attention, static_argnums=4).lower(
+    q, keys16, values16, allowed, 0.125
+  )
+  assert "specsample_cached_attention" in text.as_text()
+  ours = np.asarray(_kernel(q, keys16, values16, allowed))
+  widened = _kernel(q, keys16.astype(jnp.float32), values16.astype(jnp.float32), allowed)
+  np.testing.assert_array_equal(ours, widened)
+  assert not np.array_equal(ours, np.asarray(_kernel(q, keys, values, allowed)))
+  reference = attention.xla_attention(q, keys16, values16, allowed, head_dim**-0.5)
+  assert reference.dtype == jnp.float32
+  np.testing.assert_allclose(ours, reference, rtol=2e-5, atol=2e-6)
+  with pytest.raises(Exception, match="must both be float32 or both bfloat16"):
+    jax.block_until_ready(attention._kernel_attention(
+      q, keys16, jnp.asarray(values), allowed, attention.ends_of(allowed), 0.125
+    ))  # fmt: skip
+
+
+@requires_kernel
 def test_a_query_that_sees_nothing_gets_zeros():
   q, keys, values = _operands(np.random.default_rng(1), 1, 2, 2, 1, 16, 8)
   allowed = np.zeros((1, 2, 8), bool)
@@ -167,6 +197,45 @@ def test_speculative_greedy_equals_plain_greedy_at_a_long_context():
   )
   plain = generate(target, prompts, **common).sequences()
   assert speculative_generate(target, draft, prompts, gamma=3, **common).sequences() == plain
+
+
+@requires_kernel
+def test_a_bfloat16_cache_keeps_verify_calls_and_speculation_exact():
+  """A decoder whose caches hold bfloat16 (config.cache_dtype): a verify call equals plain
+  steps bit for bit at a long context, and speculative greedy output equals plain greedy
+  output; the logits differ from the float32 cache's (the cache really is bfloat16)."""
+  config = CONFIG.replace(cache_dtype="bfloat16")
+  model = DecoderOnly.init_random(config, seed=4)
+  rng = np.random.default_rng(5)
+  prompt = jnp.asarray(rng.integers(1, CONFIG.vocab_size, (2, 1300)), jnp.int32)
+  lengths = jnp.asarray([1300, 977], jnp.int32)
+  block = jnp.asarray(rng.integers(1, CONFIG.vocab_size, (2, BLOCK)), jnp.int32)
+
+  @jax.jit
+  def both(model):
+    state, _ = model.init_state(prompt, lengths, 16)
+    verify, _ = model.extend(state, block, jnp.full((2,), BLOCK, jnp.int32))
+    steps = []
+    for i in range(BLOCK):
+      logits, state = model.extend(state, block[:, i : i + 1], jnp.ones((2,), jnp.int32))
+      steps.append(logits[:, 0])
+    return verify, jnp.stack(steps, axis=1)
+
+  assert model.init_state(prompt, lengths, 16)[0].caches[0].keys.dtype == jnp.bfloat16
+  verify, steps = both(model)
+  np.testing.assert_array_equal(verify, steps)
+  float32_cache, _ = both(model.replace(config=CONFIG))
+  assert not np.array_equal(verify, float32_cache)
+  np.testing.assert_allclose(verify, float32_cache, rtol=0.05, atol=0.05)
+  draft = DecoderOnly.init_random(CONFIG.replace(num_layers=1), seed=7)
+  common = dict(prompt_lengths=lengths, max_new_tokens=24, sampling=SamplingConfig(temperature=0.0))
+  plain = generate(model, prompt, **common).sequences()
+  assert speculative_generate(model, draft, prompt, gamma=3, **common).sequences() == plain
+
+
+def test_a_bad_cache_dtype_is_refused():
+  with pytest.raises(ValueError, match="cache_dtype must be"):
+    CONFIG.replace(cache_dtype="float16")
 
 
 @requires_kernel

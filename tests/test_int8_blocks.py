@@ -262,3 +262,35 @@ def test_a_gguf_model_with_8_bit_activations(tmp_path, qtype):
     load_model(path, activations="int8")
   with pytest.raises(ValueError, match="activations must be 'float32' or 'int8'"):
     load_model(path, gguf_blocks=True, activations="int4")
+  with pytest.raises(ValueError, match="cache_dtype must be 'float32', 'bfloat16' or None"):
+    load_model(path, gguf_blocks=True, cache_dtype="float16")
+  assert float32.config.cache_dtype is None  # float32 arithmetic keeps a float32 cache
+
+
+def test_8_bit_activations_over_a_bfloat16_cache(tmp_path):
+  """Under 8-bit activations the loader keeps a bfloat16 cache (config.cache_dtype), which
+  the fused layer reads: other logits than a float32 cache's, near them, and speculative
+  greedy output equal to plain greedy output of that arithmetic."""
+  path = tmp_path / "tiny.gguf"
+  write_tiny(path, Q.Q4_1, s=LARGE, seed=5)
+  model = load_model(path, gguf_blocks=True, activations="int8")  # the default: bfloat16
+  float32_cache = load_model(path, gguf_blocks=True, activations="int8", cache_dtype="float32")
+  assert model.config.cache_dtype == "bfloat16" and float32_cache.config.cache_dtype == "float32"
+  tokens = jnp.asarray(np.random.default_rng(4).integers(3, LARGE["vocab"], (2, 5)), jnp.int32)
+  ours, reference = _logits(model, tokens), _logits(float32_cache, tokens)
+  assert not np.array_equal(ours, reference)
+  assert np.linalg.norm(ours - reference) < 0.05 * np.linalg.norm(reference)
+  draft = DecoderOnly.init_random(
+    DecoderOnlyConfig(
+      vocab_size=LARGE["vocab"], d_model=32, num_heads=2, num_kv_heads=1, head_dim=16,
+      mlp_dim=64, num_layers=1, tie_word_embeddings=True, eos_id=2, pad_id=0,
+    ),
+    seed=6,
+  )  # fmt: skip
+  rng = np.random.default_rng(7)
+  prompts = jnp.asarray(rng.integers(3, LARGE["vocab"], (3, 8)), jnp.int32)
+  common = dict(
+    prompt_lengths=jnp.asarray([8, 3, 6], jnp.int32), max_new_tokens=20, sampling=GREEDY
+  )
+  plain = generate(model, prompts, **common).sequences()
+  assert speculative_generate(model, draft, prompts, gamma=3, **common).sequences() == plain

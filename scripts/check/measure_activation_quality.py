@@ -40,6 +40,10 @@ def main() -> int:
   parser.add_argument("--max-new-tokens", type=int, default=128)
   parser.add_argument("--out", default=None, help="write the results as JSON here")
   parser.add_argument("--ablate", action="store_true", help="which products cost the most")
+  parser.add_argument(
+    "--cache-dtype", choices=["float32", "bfloat16"], default=None,
+    help="the int8 model's key/value caches (default: the loader's)",
+  )  # fmt: skip
   args = parser.parse_args()
 
   import jax
@@ -60,6 +64,9 @@ def main() -> int:
     "exact": load_model(path, gguf_blocks=True),
     "int8": load_model(path, gguf_blocks=True, activations="int8"),
   }
+  if args.cache_dtype is not None:
+    int8 = models["int8"]
+    models["int8"] = int8.replace(config=int8.config.replace(cache_dtype=args.cache_dtype))
   tokenizer = load_tokenizer(path)
   rows = [json.loads(line) for line in pathlib.Path(args.prompts).read_text().splitlines() if line]
   rows = rows[: args.num_prompts]
@@ -133,7 +140,8 @@ def main() -> int:
   print(
     f"SmolLM2-135M-Instruct Q4_1 GGUF, {len(prompts)} prompts, the exact model's greedy "
     f"responses (up to {args.max_new_tokens} tokens, {summary['positions']} positions); int8 "
-    f"kernels: {small_k.integer_instruction_set()}"
+    f"kernels: {small_k.integer_instruction_set()}, int8 model's cache: "
+    f"{models['int8'].config.cache_dtype or models['int8'].config.dtype}"
   )
   print("| KL(exact || int8) mean | median | 99th percentile | max | top-1 agreement | "
         "greedy responses differing | median first difference |")  # fmt: skip

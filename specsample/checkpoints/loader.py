@@ -79,6 +79,7 @@ def load_model(
   shared_embedding=None,
   gguf_blocks: bool = False,
   activations: str = "float32",
+  cache_dtype: str | None = None,
 ) -> T5 | DecoderOnly:
   """Any checkpoint specsample reads, as a model behind the decoding contract.
 
@@ -100,6 +101,8 @@ def load_model(
     dequantized weights, equal to the float32 model's arithmetic up to summation order)
     or "int8" (each activation row quantized to 8 bits in blocks of 32, integer dot
     products, as llama.cpp computes: `kernels.int8_blocks`). Needs gguf_blocks.
+  cache_dtype: a decoder-only model's key/value caches, "float32" or "bfloat16" (half the
+    bytes attention reads); None: bfloat16 under 8-bit activations, else `dtype`.
   Raises CheckpointError naming the file and what was expected.
   """
   from specsample.checkpoints import architectures
@@ -114,6 +117,10 @@ def load_model(
     raise ValueError(f"activations must be 'float32' or 'int8', got {activations!r}")
   if activations == "int8" and not gguf_blocks:
     raise ValueError("activations='int8' needs gguf_blocks=True (it multiplies GGUF blocks)")
+  if cache_dtype not in (None, "float32", "bfloat16"):
+    raise ValueError(f"cache_dtype must be 'float32', 'bfloat16' or None, got {cache_dtype!r}")
+  if cache_dtype is None and activations == "int8":
+    cache_dtype = "bfloat16"
   path = local_path(path_or_hub_id)
   if is_gguf(path):
     hf, tensors = architectures.read_gguf(path, blocks=gguf_blocks)
@@ -121,7 +128,7 @@ def load_model(
     factors = None if factors is None else tuple(float(f) for f in np.ravel(factors))
     config = architectures.config_from_hf(
       hf, source=path, dtype=dtype, rope_frequency_factors=factors
-    )
+    ).replace(cache_dtype=cache_dtype)
     tensors = architectures.llama_names(hf, tensors)
     params = params_from_hf(tensors, config, source=path, activations=activations)
     return DecoderOnly(params=params, config=config)
@@ -130,6 +137,7 @@ def load_model(
     if architectures.is_decoder_only_config(hf):
       hf = _with_generation_eos(hf, path)
       config = architectures.config_from_hf(hf, source=path, dtype=dtype)
+      config = config.replace(cache_dtype=cache_dtype)
       tensors = architectures.llama_names(hf, read_hf_tensors(path))
       if hf.get(SHARED_EMBEDDING_KEY) and shared_embedding is None:
         raise CheckpointError(

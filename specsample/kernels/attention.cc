@@ -1,6 +1,7 @@
 // XLA FFI handler for cached attention on CPUs (AVX-512 or AVX2 + FMA), called from
 // specsample/kernels/attention.py as the custom call "specsample_cached_attention":
-//   queries f32 [B, K, H, D], keys f32 [B, C, KV, D], values f32 [B, C, KV, D] (the caches),
+//   queries f32 [B, K, H, D], keys [B, C, KV, D], values [B, C, KV, D] (the caches: both
+//   f32 or both bf16, widened as read),
 //   allowed pred [B, K, C] (which entries each query sees), ends s32 [B, K] (one past each
 //   query's last allowed entry), attribute scale -> out f32 [B, K, H, D],
 // query head h reading cache head h / (H / KV) (grouped-query attention). Each query reads
@@ -42,10 +43,12 @@ using Vec = Lanes<8>;
 #undef SPECSAMPLE_SIMD
 }  // namespace attention_avx2
 
-void CachedAttentionRows(Isa isa, int threads, const float* qp, const float* kp,
-                         const float* vp, const bool* ap, const int32_t* ep, int64_t batch,
-                         int64_t rows, int64_t heads, int64_t kv_heads, int64_t d,
-                         int64_t capacity, float scale, float* op) {
+namespace {
+
+template <typename T>
+void AttendRows(Isa isa, int threads, const float* qp, const T* kp, const T* vp, const bool* ap,
+                const int32_t* ep, int64_t batch, int64_t rows, int64_t heads, int64_t kv_heads,
+                int64_t d, int64_t capacity, float scale, float* op) {
   const int64_t groups = heads / kv_heads;
   const int64_t stride = kv_heads * d;  // between cache entries
   // A part: a set of the query heads that read one row's cache head (query i, head g:
@@ -64,8 +67,8 @@ void CachedAttentionRows(Isa isa, int threads, const float* qp, const float* kp,
   const int64_t per_set = (most_splits + splits - 1) / splits * group;
   auto part = [=](int64_t p) {
     const int64_t split = p % splits, kv = (p / splits) % kv_heads, b = p / (splits * kv_heads);
-    const float* cache_k = kp + b * capacity * stride + kv * d;
-    const float* cache_v = vp + b * capacity * stride + kv * d;
+    const T* cache_k = kp + b * capacity * stride + kv * d;
+    const T* cache_v = vp + b * capacity * stride + kv * d;
     const int64_t first = split * per_set;
     const int64_t n = std::min(per_set, heads_per_row - first);
     if (n <= 0) return;
@@ -107,12 +110,30 @@ void CachedAttentionRows(Isa isa, int threads, const float* qp, const float* kp,
   }
 }
 
+}  // namespace
+
+void CachedAttentionRows(Isa isa, int threads, const float* queries, CacheNumbers numbers,
+                         const void* keys, const void* values, const bool* allowed,
+                         const int32_t* ends, int64_t batch, int64_t rows, int64_t heads,
+                         int64_t kv_heads, int64_t head_dim, int64_t capacity, float scale,
+                         float* out) {
+  if (numbers == CacheNumbers::kBfloat16) {
+    AttendRows(isa, threads, queries, static_cast<const Bf16*>(keys),
+               static_cast<const Bf16*>(values), allowed, ends, batch, rows, heads, kv_heads,
+               head_dim, capacity, scale, out);
+  } else {
+    AttendRows(isa, threads, queries, static_cast<const float*>(keys),
+               static_cast<const float*>(values), allowed, ends, batch, rows, heads, kv_heads,
+               head_dim, capacity, scale, out);
+  }
+}
+
 namespace {
 
 constexpr int64_t kMaxThreads = 64;
 
 ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> queries,
-                           ffi::Buffer<ffi::F32> keys, ffi::Buffer<ffi::F32> values,
+                           ffi::AnyBuffer keys, ffi::AnyBuffer values,
                            ffi::Buffer<ffi::PRED> allowed, ffi::Buffer<ffi::S32> ends,
                            ffi::ResultBuffer<ffi::F32> out, float scale) {
   const auto q = queries.dimensions();
@@ -133,8 +154,12 @@ ffi::Error CachedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> queries,
   if (auto error = CheckAttention(isa, d, ends.typed_data(), batch * rows, capacity)) {
     return *std::move(error);
   }
+  CacheNumbers numbers;
+  if (auto error = CacheNumbersOf(keys.element_type(), values.element_type(), &numbers)) {
+    return *std::move(error);
+  }
   CachedAttentionRows(isa, static_cast<int>(std::min<int64_t>(pool.num_threads(), kMaxThreads)),
-                      queries.typed_data(), keys.typed_data(), values.typed_data(),
+                      queries.typed_data(), numbers, keys.untyped_data(), values.untyped_data(),
                       allowed.typed_data(), ends.typed_data(), batch, rows, heads, kv_heads, d,
                       capacity, scale, out->typed_data());
   return ffi::Error::Success();
@@ -147,8 +172,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleCachedAttention, specsample::CachedAtten
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::PRED>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "kernel_ops.h"
 #include "small_k_matmul.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -29,6 +30,21 @@ inline std::optional<xla::ffi::Error> CheckAttention(Isa isa, int64_t head_dim,
     if (ends[i] < 0 || ends[i] > capacity) {
       return xla::ffi::Error::InvalidArgument("cached_attention: ends must be in 0..capacity");
     }
+  }
+  return std::nullopt;
+}
+
+// The caches' number type: keys and values both float32 or both bfloat16.
+inline std::optional<xla::ffi::Error> CacheNumbersOf(xla::ffi::DataType keys,
+                                                     xla::ffi::DataType values,
+                                                     CacheNumbers* numbers) {
+  if (keys == values && keys == xla::ffi::DataType::F32) {
+    *numbers = CacheNumbers::kFloat32;
+  } else if (keys == values && keys == xla::ffi::DataType::BF16) {
+    *numbers = CacheNumbers::kBfloat16;
+  } else {
+    return xla::ffi::Error::InvalidArgument(
+        "cached_attention: keys and values must both be float32 or both bfloat16");
   }
   return std::nullopt;
 }

@@ -2,12 +2,13 @@
 
 `cached_attention(queries, keys, values, allowed, scale)` is softmax((q . k) * scale) . v
 over the cache entries `allowed` marks, for grouped-query attention (query head h reads
-cache head h // (heads / kv_heads)). On CPU (float32, the small-k kernel available, head_dim
-a multiple of the vector width) it is a custom call (attention.cc) that, for each query,
-reads entries 0 .. its last allowed one (not the cache's whole capacity) and computes the
-query alone: the same numbers whether it is the only query of a decoding step or one of a
-verify call's gamma + 1 (attention_simd.h says the order of every sum). Elsewhere XLA's
-einsums and softmax over the whole capacity, with masked entries biased by -1e10.
+cache head h // (heads / kv_heads)). On CPU (float32 queries over a float32 or bfloat16
+cache, the small-k kernel available, head_dim a multiple of the vector width) it is a custom
+call (attention.cc) that, for each query, reads entries 0 .. its last allowed one (not the
+cache's whole capacity) and computes the query alone: the same numbers whether it is the only
+query of a decoding step or one of a verify call's gamma + 1 (attention_simd.h says the order
+of every sum). Elsewhere XLA's einsums and softmax over the whole capacity, with masked
+entries biased by -1e10.
 """
 
 from __future__ import annotations
@@ -33,15 +34,18 @@ def ends_of(allowed: jax.Array) -> jax.Array:
   return jnp.max(jnp.where(allowed, index, 0), axis=-1)
 
 
-def uses_kernel(queries: jax.Array, keys: jax.Array) -> bool:
-  """Whether cached_attention takes the CPU kernel for these operands (at trace time)."""
+def uses_kernel(queries: jax.Array, keys: jax.Array, values: jax.Array | None = None) -> bool:
+  """Whether cached_attention takes the CPU kernel for these operands (at trace time):
+  float32 queries over float32 or bfloat16 caches (values as keys; None: the same)."""
+  values = keys if values is None else values
   isa = small_k.instruction_set()
   lanes = 16 if isa == "avx512f" else 8
   return (
     os.environ.get(small_k.ENV_VARIABLE, "auto") != "xla"
     and isa is not None
     and queries.dtype == jnp.float32
-    and keys.dtype == jnp.float32
+    and keys.dtype in (jnp.float32, jnp.bfloat16)
+    and values.dtype == keys.dtype
     and queries.shape[-1] % lanes == 0
   )
 
@@ -57,8 +61,10 @@ def xla_attention(queries, keys, values, allowed, scale):
   scores = jnp.einsum("bqhgd,bshd->bhgqs", q, keys, preferred_element_type=jnp.float32)
   bias = jnp.where(allowed, 0.0, MASK_BIAS).astype(jnp.float32)  # [batch, k, capacity]
   weights = jax.nn.softmax(scores * scale + bias[:, None, None], axis=-1)
-  context = jnp.einsum("bhgqs,bshd->bqhgd", weights.astype(values.dtype), values)
-  return context.reshape(batch, k, heads, head_dim)
+  # float32 queries over a bfloat16 cache: float32 weights and sums (the cache widened)
+  dtype = jnp.promote_types(queries.dtype, values.dtype)
+  context = jnp.einsum("bhgqs,bshd->bqhgd", weights.astype(dtype), values.astype(dtype))
+  return context.reshape(batch, k, heads, head_dim).astype(queries.dtype)
 
 
 def cached_attention(
@@ -83,7 +89,7 @@ def cached_attention(
     raise ValueError(
       f"attention: {heads} heads over {keys.shape[2]} cache heads, allowed {allowed.shape}"
     )
-  if not uses_kernel(queries, keys):
+  if not uses_kernel(queries, keys, values):
     return xla_attention(queries, keys, values, allowed, scale)
   if ends is None:
     ends = ends_of(allowed)

@@ -34,9 +34,9 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::V Exp(typena
 
 // The dot products of the R queries q[r] [D] with the 4 rows k[0..3] [D] (D a multiple of
 // L) into out[r * stride + 0..3], each by the same tree whatever the others are.
-template <int R>
+template <int R, typename T>
 SPECSAMPLE_SIMD __attribute__((always_inline)) inline void Dot4(const float* const* q,
-                                                               const float* const* k, int64_t d,
+                                                               const T* const* k, int64_t d,
                                                                float* out, int64_t stride) {
   constexpr int L = Vec::kLanes;
   typename Vec::V a[R][4];
@@ -68,23 +68,27 @@ constexpr int64_t kPrefetchEntries = 8;
 
 // Entries per tile: a tile's keys (then its values) are read from memory by the set's first
 // group of heads and stay in the L1 cache for the others.
+template <typename T>
 SPECSAMPLE_SIMD inline int64_t TileEntries(int64_t d) {
-  return std::max<int64_t>(4, 16384 / (4 * d) / 4 * 4);
+  return std::max<int64_t>(4, 16384 / (static_cast<int64_t>(sizeof(T)) * d) / 4 * 4);
 }
 
 // Scores of R heads for the entries s0 <= s < s1 (s0, s1 multiples of 4; entries past `end`
-// read the last entry again, their scores are dropped later): t[r * row + s] = q[r] . k_s.
-template <int R>
+// read the last entry again, their scores are dropped later): t[r * row + s] = q[r] . k_s,
+// entry s at keys + s * stride.
+template <int R, typename T>
 SPECSAMPLE_SIMD __attribute__((always_inline)) inline void ScoreTile(
-    const float* const* q, const float* keys, int64_t stride, int64_t s0, int64_t s1,
-    int64_t end, int64_t d, bool prefetch, float* t, int64_t row) {
+    const float* const* q, const T* keys, int64_t stride, int64_t s0, int64_t s1, int64_t end,
+    int64_t d, bool prefetch, float* t, int64_t row) {
   for (int64_t s = s0; s < s1; s += 4) {
-    const float* k[4];
+    const T* k[4];
     for (int j = 0; j < 4; ++j) k[j] = keys + std::min(s + j, end - 1) * stride;
     if (prefetch && s + kPrefetchEntries + 4 <= end) {  // read kPrefetchEntries later
-      for (int j = 0; j < 4; ++j)
-        for (int64_t line = 0; line < d; line += 16)
-          _mm_prefetch(reinterpret_cast<const char*>(k[j] + kPrefetchEntries * stride + line), _MM_HINT_T0);
+      for (int j = 0; j < 4; ++j) {
+        const char* ahead = reinterpret_cast<const char*>(k[j] + kPrefetchEntries * stride);
+        for (int64_t line = 0; line < d * static_cast<int64_t>(sizeof(T)); line += 64)
+          _mm_prefetch(ahead + line, _MM_HINT_T0);
+      }
     }
     Dot4<R>(q, k, d, t + s, row);
   }
@@ -92,14 +96,14 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline void ScoreTile(
 
 // The weighted values of R heads over the entries e0 <= e < e1, for the N vectors of each
 // value from column `at` on: sums[r] = (e0 == 0 ? 0 : out[r]) + sum_e p_{r,e} v_e in order
-// of e (p_{r,e} at p[r * row + e]), stored to out[r] (divided by l_r = p[r * row + end]
-// when e1 == end). Storing and reloading a float is exact, so each sum is the one a single
+// of e (p_{r,e} at p[r * row + e]; entry e at values + e * stride), stored to out[r]
+// (divided by l_r = p[r * row + end] when e1 == end). Storing and reloading a float is exact, so each sum is the one a single
 // pass over all entries would make. N is a constant so that the sums and the loaded
 // vectors stay in registers (with a count known only at run time the compiler copied each
 // entry's vectors through memory, a library call per entry).
-template <int R, int N>
+template <int R, int N, typename T>
 SPECSAMPLE_SIMD __attribute__((always_inline)) inline void WeightTile(
-    const float* values, int64_t stride, int64_t e0, int64_t e1, int64_t end, bool prefetch,
+    const T* values, int64_t stride, int64_t e0, int64_t e1, int64_t end, bool prefetch,
     const float* p, int64_t row, float* const* out, int64_t at) {
   constexpr int L = Vec::kLanes;
   typename Vec::V acc[R][N];
@@ -107,10 +111,12 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline void WeightTile(
     for (int j = 0; j < N; ++j)
       acc[r][j] = e0 == 0 ? Vec::Zero() : Vec::Load(out[r] + at + L * j);
   for (int64_t e = e0; e < e1; ++e) {
-    if (prefetch && e + kPrefetchEntries < end)
-      for (int j = 0; j < N * L; j += 16)
-        _mm_prefetch(reinterpret_cast<const char*>(values + (e + kPrefetchEntries) * stride + at + j), _MM_HINT_T0);
-    const float* v = values + e * stride + at;
+    if (prefetch && e + kPrefetchEntries < end) {
+      const char* ahead = reinterpret_cast<const char*>(values + (e + kPrefetchEntries) * stride + at);
+      for (int line = 0; line < N * L * static_cast<int>(sizeof(T)); line += 64)
+        _mm_prefetch(ahead + line, _MM_HINT_T0);
+    }
+    const T* v = values + e * stride + at;
     typename Vec::V vv[N];
     for (int j = 0; j < N; ++j) vv[j] = Vec::Load(v + L * j);
     for (int r = 0; r < R; ++r) {
@@ -129,9 +135,9 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline void WeightTile(
 }
 
 // WeightTile<R, N> for every N-vector part of a head's D columns (N = 4, then the rest).
-template <int R>
+template <int R, typename T>
 SPECSAMPLE_SIMD __attribute__((always_inline)) inline void WeightTileColumns(
-    const float* values, int64_t stride, int64_t e0, int64_t e1, int64_t end, int64_t d,
+    const T* values, int64_t stride, int64_t e0, int64_t e1, int64_t end, int64_t d,
     bool prefetch, const float* p, int64_t row, float* const* out) {
   constexpr int L = Vec::kLanes;
   int64_t at = 0;
@@ -149,14 +155,64 @@ SPECSAMPLE_SIMD __attribute__((always_inline)) inline void WeightTileColumns(
 // registers; every group reads a tile's entries from L1 after the first).
 constexpr int kGroup = Vec::kLanes == 16 ? 4 : 2;
 
+// ScoreTile for every group of the set's n heads (the first group prefetching).
+template <typename T>
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline void ScoreGroups(
+    int64_t n, const float* const* q, const T* keys, int64_t stride, int64_t s0, int64_t s1,
+    int64_t end, int64_t d, float* scores, int64_t row) {
+  for (int64_t g = 0; g < n; g += kGroup) {
+    const bool first = g == 0;
+    float* t = scores + g * row;
+    switch (std::min<int64_t>(kGroup, n - g)) {
+      case 1: ScoreTile<1>(q + g, keys, stride, s0, s1, end, d, first, t, row); break;
+      case 2: ScoreTile<2>(q + g, keys, stride, s0, s1, end, d, first, t, row); break;
+      default:
+        if constexpr (kGroup == 4) {
+          if (n - g == 3) {
+            ScoreTile<3>(q + g, keys, stride, s0, s1, end, d, first, t, row);
+          } else {
+            ScoreTile<4>(q + g, keys, stride, s0, s1, end, d, first, t, row);
+          }
+        }
+        break;
+    }
+  }
+}
+
+// WeightTileColumns for every group of the set's n heads (the first group prefetching).
+template <typename T>
+SPECSAMPLE_SIMD __attribute__((always_inline)) inline void WeightGroups(
+    int64_t n, const T* values, int64_t stride, int64_t e0, int64_t e1, int64_t end,
+    int64_t d, const float* scores, int64_t row, float* const* out) {
+  for (int64_t g = 0; g < n; g += kGroup) {
+    const bool first = g == 0;
+    const float* p = scores + g * row;
+    switch (std::min<int64_t>(kGroup, n - g)) {
+      case 1: WeightTileColumns<1>(values, stride, e0, e1, end, d, first, p, row, out + g); break;
+      case 2: WeightTileColumns<2>(values, stride, e0, e1, end, d, first, p, row, out + g); break;
+      default:
+        if constexpr (kGroup == 4) {
+          if (n - g == 3) {
+            WeightTileColumns<3>(values, stride, e0, e1, end, d, first, p, row, out + g);
+          } else {
+            WeightTileColumns<4>(values, stride, e0, e1, end, d, first, p, row, out + g);
+          }
+        }
+        break;
+    }
+  }
+}
+
 // The n query heads of a set sharing one cache head (the heads of one query, or of a row's
 // several queries): out[r] [D] = softmax over head r's allowed entries s < ends[r] of
-// (q[r] . k_s) * scale, times v_s. keys, values: entry s at keys + s * stride; allowed[r][s]:
+// (q[r] . k_s) * scale, times v_s. keys, values (float32, or bfloat16 widened as read):
+// entry s at keys + s * stride; allowed[r][s]:
 // whether head r sees entry s; scores: scratch of n * (max end + 4) floats. The cache is read
 // from memory once per set, a tile at a time. Each head's numbers are those it would have
 // alone: every sum runs over the head's own entries in the same order, whatever the set.
-SPECSAMPLE_SIMD inline void AttendHeadSet(int64_t n, const float* const* q, const float* keys,
-                                          const float* values, int64_t stride,
+template <typename T>
+SPECSAMPLE_SIMD inline void AttendHeadSet(int64_t n, const float* const* q, const T* keys,
+                                          const T* values, int64_t stride,
                                           const bool* const* allowed, const int64_t* ends,
                                           int64_t d, float scale, float* scores,
                                           float* const* out) {
@@ -165,27 +221,11 @@ SPECSAMPLE_SIMD inline void AttendHeadSet(int64_t n, const float* const* q, cons
   for (int64_t r = 0; r < n; ++r) end = std::max(end, ends[r]);
   const int64_t row = end + 4;  // scores of head r: scores + r * row
   // One group shares nothing: its entries are read once in a single tile.
-  const int64_t tile = n <= kGroup ? (end + 3) / 4 * 4 : TileEntries(d);
+  const int64_t tile = n <= kGroup ? (end + 3) / 4 * 4 : TileEntries<T>(d);
   // Scores, a tile of entries at a time, 4 entries per dot-product call.
   for (int64_t s0 = 0; s0 < end; s0 += tile) {
     const int64_t s1 = std::min(s0 + tile, (end + 3) / 4 * 4);
-    for (int64_t g = 0; g < n; g += kGroup) {
-      const bool first = g == 0;
-      float* t = scores + g * row;
-      switch (std::min<int64_t>(kGroup, n - g)) {
-        case 1: ScoreTile<1>(q + g, keys, stride, s0, s1, end, d, first, t, row); break;
-        case 2: ScoreTile<2>(q + g, keys, stride, s0, s1, end, d, first, t, row); break;
-        default:
-          if constexpr (kGroup == 4) {
-            if (n - g == 3) {
-              ScoreTile<3>(q + g, keys, stride, s0, s1, end, d, first, t, row);
-            } else {
-              ScoreTile<4>(q + g, keys, stride, s0, s1, end, d, first, t, row);
-            }
-          }
-          break;
-      }
-    }
+    ScoreGroups<T>(n, q, keys, stride, s0, s1, end, d, scores, row);
   }
   const float minus_infinity = -std::numeric_limits<float>::infinity();
   const typename Vec::V scale_v = Vec::Broadcast(scale);
@@ -231,23 +271,6 @@ SPECSAMPLE_SIMD inline void AttendHeadSet(int64_t n, const float* const* q, cons
   // was bit for bit (it is never -0: it starts at +0, and x + -x rounds to +0), so adding
   // it equals skipping it, as the head alone would.
   for (int64_t e0 = 0; e0 < end; e0 += tile) {
-    const int64_t e1 = std::min(e0 + tile, end);
-    for (int64_t g = 0; g < n; g += kGroup) {
-      const bool first = g == 0;
-      const float* p = scores + g * row;
-      switch (std::min<int64_t>(kGroup, n - g)) {
-        case 1: WeightTileColumns<1>(values, stride, e0, e1, end, d, first, p, row, out + g); break;
-        case 2: WeightTileColumns<2>(values, stride, e0, e1, end, d, first, p, row, out + g); break;
-        default:
-          if constexpr (kGroup == 4) {
-            if (n - g == 3) {
-              WeightTileColumns<3>(values, stride, e0, e1, end, d, first, p, row, out + g);
-            } else {
-              WeightTileColumns<4>(values, stride, e0, e1, end, d, first, p, row, out + g);
-            }
-          }
-          break;
-      }
-    }
+    WeightGroups<T>(n, values, stride, e0, std::min(e0 + tile, end), end, d, scores, row, out);
   }
 }

@@ -216,8 +216,8 @@ ffi::Error Int8Qkv(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ff
 }
 
 ffi::Error Int8AttentionMlp(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                            ffi::Buffer<ffi::F32> queries, ffi::Buffer<ffi::F32> keys,
-                            ffi::Buffer<ffi::F32> values, ffi::Buffer<ffi::PRED> allowed,
+                            ffi::Buffer<ffi::F32> queries, ffi::AnyBuffer keys,
+                            ffi::AnyBuffer values, ffi::Buffer<ffi::PRED> allowed,
                             ffi::Buffer<ffi::S32> ends, ffi::Buffer<ffi::U8> wo,
                             ffi::Buffer<ffi::F32> norm, ffi::Buffer<ffi::U8> wg,
                             ffi::Buffer<ffi::U8> wu, ffi::Buffer<ffi::U8> wd,
@@ -244,6 +244,10 @@ ffi::Error Int8AttentionMlp(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   if (auto error = CheckAttention(isa, head_dim, ends.typed_data(), rows, capacity)) {
     return *std::move(error);
   }
+  CacheNumbers numbers;
+  if (auto error = CacheNumbersOf(keys.element_type(), values.element_type(), &numbers)) {
+    return *std::move(error);
+  }
   if (d % 32 != 0 || qd[2] % 32 != 0 || mlp_dim % 32 != 0) {
     return ffi::Error::InvalidArgument(
         "int8_attention_mlp: d, heads * head_dim and mlp_dim must be multiples of 32");
@@ -266,7 +270,8 @@ ffi::Error Int8AttentionMlp(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   float* up = Scratch(up_buffer, rows * mlp_dim);
   float* y = out->typed_data();
   // x + out(attention)
-  CachedAttentionRows(isa, threads, queries.typed_data(), keys.typed_data(), values.typed_data(),
+  CachedAttentionRows(isa, threads, queries.typed_data(), numbers, keys.untyped_data(),
+                      values.untyped_data(),
                       allowed.typed_data(), ends.typed_data(), batch, k, heads, kd[2], head_dim,
                       capacity, scale, context);
   Activations a = Quantized(quantized, rows, qd[2]);
@@ -323,8 +328,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleInt8AttentionMlp, specsample::Int8Attent
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()   // x
                                   .Arg<ffi::Buffer<ffi::F32>>()   // queries
-                                  .Arg<ffi::Buffer<ffi::F32>>()   // keys
-                                  .Arg<ffi::Buffer<ffi::F32>>()   // values
+                                  .Arg<ffi::AnyBuffer>()          // keys (f32 or bf16)
+                                  .Arg<ffi::AnyBuffer>()          // values (as keys)
                                   .Arg<ffi::Buffer<ffi::PRED>>()  // allowed
                                   .Arg<ffi::Buffer<ffi::S32>>()   // ends
                                   .Arg<ffi::Buffer<ffi::U8>>()    // wo

@@ -26,13 +26,17 @@ void Int8ProductPart(IntIsa isa, Packed format, const Activations& a, const uint
                      int64_t group_bytes, int64_t n, float* y, int64_t g0, int64_t g1);
 
 // Cached attention (attention.cc): out [B, K, H, D] of queries [B, K, H, D] over the caches
-// keys, values [B, C, KV, D], each query seeing the entries `allowed` [B, K, C] marks before
+// keys, values [B, C, KV, D] (float32 or bfloat16: `numbers`), each query seeing the entries `allowed` [B, K, C] marks before
 // its end `ends` [B, K]; on `threads` threads in all. head_dim a multiple of the vector
 // width of `isa` (16 floats for AVX-512, 8 for AVX2).
-void CachedAttentionRows(Isa isa, int threads, const float* queries, const float* keys,
-                         const float* values, const bool* allowed, const int32_t* ends,
-                         int64_t batch, int64_t rows, int64_t heads, int64_t kv_heads,
-                         int64_t head_dim, int64_t capacity, float scale, float* out);
+// How the caches hold their numbers: float32, or bfloat16 (widened to float32 as read).
+enum class CacheNumbers { kFloat32, kBfloat16 };
+
+void CachedAttentionRows(Isa isa, int threads, const float* queries, CacheNumbers numbers,
+                         const void* keys, const void* values, const bool* allowed,
+                         const int32_t* ends, int64_t batch, int64_t rows, int64_t heads,
+                         int64_t kv_heads, int64_t head_dim, int64_t capacity, float scale,
+                         float* out);
 
 }  // namespace specsample
 

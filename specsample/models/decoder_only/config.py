@@ -69,8 +69,15 @@ class DecoderOnlyConfig:
   eos_id: int | tuple[int, ...] | None = 2  # a tuple: each of these ends a sequence
   pad_id: int = 0
   dtype: str = "float32"
+  # The key/value caches' numbers: "bfloat16" halves what attention reads (widened to
+  # float32 as read on CPU); None: `dtype`.
+  cache_dtype: str | None = None
 
   def __post_init__(self):
+    if self.cache_dtype not in (None, "float32", "bfloat16"):
+      raise ValueError(
+        f"cache_dtype must be 'float32', 'bfloat16' or None, got {self.cache_dtype!r}"
+      )
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
         f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"

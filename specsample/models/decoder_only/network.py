@@ -241,9 +241,10 @@ class DecoderOnlyNetwork(nn.Module):
 
 
 def empty_caches(config: DecoderOnlyConfig, batch: int, capacity: int) -> tuple[KeysValues, ...]:
-  """Zeroed caches: per layer keys and values, each [batch, capacity, kv_heads, head_dim]."""
+  """Zeroed caches: per layer keys and values, each [batch, capacity, kv_heads, head_dim],
+  in `config.cache_dtype` (None: the model's dtype)."""
   c = config
-  dtype = jnp.dtype(c.dtype)
+  dtype = jnp.dtype(c.cache_dtype or c.dtype)
   return kv_cache.zeros(c.num_layers, batch, capacity, c.num_kv_heads, c.head_dim, dtype)
 
 
