@@ -36,7 +36,7 @@ from specsample.checkpoints.loader import stored_weight_format
 from specsample.core.contract import uses_target_features, weights_per_call
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.ngram import NGramDraft
-from specsample.models.weights import with_q8_0_draft
+from specsample.models.weights import cache_numbers, with_q8_0_draft
 
 WEIGHTS = ("auto", "float32", "bfloat16", "gguf")
 ACTIVATIONS = ("auto", "int8", "float32")
@@ -230,7 +230,7 @@ def load_pair(
     f"draft {draft_spec if named else checkpoint_id(draft_spec)}",
     f"lookup {isinstance(draft_model, LookupThenModel)}",
     f"weights {weights} activations {activations} dtype {dtype} q8_0 draft {in_blocks}",
-    f"cache {target_model.config.cache_dtype or target_model.config.dtype}",
+    f"cache {cache_numbers(target_model)}",
     # The bytes a draft call reads: a new release's draft arithmetic is a new pair.
     f"draft weights {weights_per_call(draft_model)}",
   ])  # fmt: skip

@@ -294,3 +294,15 @@ def test_8_bit_activations_over_a_bfloat16_cache(tmp_path):
   )
   plain = generate(model, prompts, **common).sequences()
   assert speculative_generate(model, draft, prompts, gamma=3, **common).sequences() == plain
+
+
+def test_the_calibration_key_names_the_cache(tmp_path):
+  """`cache_numbers` (in the pair's calibration key): what each model's caches hold."""
+  from specsample.models.weights import cache_numbers
+
+  path = tmp_path / "tiny.gguf"
+  write_tiny(path, Q.Q8_0, s=SMALL, seed=5)
+  assert cache_numbers(load_model(path, gguf_blocks=True, activations="int8")) == "bfloat16"
+  assert cache_numbers(load_model(path, gguf_blocks=True)) == "float32"
+  float32_cache = load_model(path, gguf_blocks=True, activations="int8", cache_dtype="float32")
+  assert cache_numbers(float32_cache) == "float32"

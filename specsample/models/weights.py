@@ -70,6 +70,13 @@ def activations(model) -> str:
   return "int8" if any(isinstance(leaf, Int8BlockMatrix) for leaf in kept) else "float32"
 
 
+def cache_numbers(model) -> str:
+  """The numbers a model's key/value caches hold: a decoder-only model's `cache_dtype`, else
+  (or when that is None) the model's dtype ("float32" or "bfloat16")."""
+  config = model.config
+  return getattr(config, "cache_dtype", None) or config.dtype
+
+
 def weight_bytes(model) -> int:
   """Bytes of all the model's parameters as stored (what a decoding step streams, about)."""
   return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(model.params))
