@@ -226,6 +226,17 @@ def _logits(model, tokens):
   return np.asarray(run(model, tokens))
 
 
+def _tiny_draft(vocab: int) -> DecoderOnly:
+  """A random one-layer draft of `vocab` tokens, for speculative decoding of the tiny GGUFs."""
+  return DecoderOnly.init_random(
+    DecoderOnlyConfig(
+      vocab_size=vocab, d_model=32, num_heads=2, num_kv_heads=1, head_dim=16,
+      mlp_dim=64, num_layers=1, tie_word_embeddings=True, eos_id=2, pad_id=0,
+    ),
+    seed=6,
+  )  # fmt: skip
+
+
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.Q5_0, Q.Q4_K], ids=lambda q: q.name)
 def test_a_gguf_model_with_8_bit_activations(tmp_path, qtype):
   path = tmp_path / "tiny.gguf"
@@ -244,13 +255,7 @@ def test_a_gguf_model_with_8_bit_activations(tmp_path, qtype):
   assert not np.array_equal(ours, reference)
   assert np.linalg.norm(ours - reference) < 0.4 * np.linalg.norm(reference)
   # Speculative greedy output equals plain greedy output of the same arithmetic.
-  draft = DecoderOnly.init_random(
-    DecoderOnlyConfig(
-      vocab_size=shape["vocab"], d_model=32, num_heads=2, num_kv_heads=1, head_dim=16,
-      mlp_dim=64, num_layers=1, tie_word_embeddings=True, eos_id=2, pad_id=0,
-    ),
-    seed=6,
-  )  # fmt: skip
+  draft = _tiny_draft(shape["vocab"])
   rng = np.random.default_rng(7)
   prompts = jnp.asarray(rng.integers(3, shape["vocab"], (3, 8)), jnp.int32)
   lengths = jnp.asarray([8, 3, 6], jnp.int32)
@@ -280,13 +285,7 @@ def test_8_bit_activations_over_a_bfloat16_cache(tmp_path):
   ours, reference = _logits(model, tokens), _logits(float32_cache, tokens)
   assert not np.array_equal(ours, reference)
   assert np.linalg.norm(ours - reference) < 0.05 * np.linalg.norm(reference)
-  draft = DecoderOnly.init_random(
-    DecoderOnlyConfig(
-      vocab_size=LARGE["vocab"], d_model=32, num_heads=2, num_kv_heads=1, head_dim=16,
-      mlp_dim=64, num_layers=1, tie_word_embeddings=True, eos_id=2, pad_id=0,
-    ),
-    seed=6,
-  )  # fmt: skip
+  draft = _tiny_draft(LARGE["vocab"])
   rng = np.random.default_rng(7)
   prompts = jnp.asarray(rng.integers(3, LARGE["vocab"], (3, 8)), jnp.int32)
   common = dict(
