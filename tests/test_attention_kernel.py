@@ -9,6 +9,8 @@ length (here 1,100 tokens), so speculative greedy output equals plain greedy out
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -221,7 +223,8 @@ def test_a_bfloat16_cache_keeps_verify_calls_and_speculation_exact():
       steps.append(logits[:, 0])
     return verify, jnp.stack(steps, axis=1)
 
-  assert model.init_state(prompt, lengths, 16)[0].caches[0].keys.dtype == jnp.bfloat16
+  keys = model.init_state(prompt, lengths, 16)[0].caches[0].keys
+  assert keys.dtype.itemsize == 2  # bfloat16 numbers, kept as their bits (kv_cache)
   verify, steps = both(model)
   np.testing.assert_array_equal(verify, steps)
   float32_cache, _ = both(model.replace(config=CONFIG))
@@ -262,3 +265,21 @@ def test_a_tree_path_attends_as_the_same_tokens_in_a_chain_bit_for_bit(prefix):
   tree = _kernel(q, keys, values, tree_allowed)
   chain = _kernel(q, chain_keys, chain_values, chain_allowed)
   np.testing.assert_array_equal(np.asarray(tree), np.asarray(chain))
+
+
+@requires_kernel
+def test_a_bfloat16_cache_is_written_in_place_in_the_decoding_loop():
+  """XLA's CPU compiler computes bfloat16 updates in float32 (the whole cache converted
+  there and back: a copy of every layer's cache per step); the cache keeps the numbers'
+  bits so that each step writes in place. In the compiled loop no cache-shaped array is
+  copied but the zeroed caches going into it, for a bfloat16 cache as for a float32 one."""
+  from specsample.decoding.autoregressive import AutoregressiveSettings, generate_program
+
+  prompt = jnp.ones((1, 40), jnp.int32)
+  settings = AutoregressiveSettings(max_new_tokens=8, sampling=SamplingConfig(temperature=0.0))
+  for cache in ("float32", "bfloat16"):
+    model = DecoderOnly.init_random(CONFIG.replace(cache_dtype=cache), seed=1)
+    args = (model, prompt, jnp.asarray([40], jnp.int32), jax.random.key(0), settings)
+    text = generate_program.lower(*args).compile().as_text()
+    copied = re.findall(r"\[1,\d+,3,64\]\{[^}]*\} copy\((\S+)\)", text)  # cache-shaped
+    assert all("broadcast" in operand for operand in copied), (cache, copied)

@@ -34,13 +34,15 @@ inline std::optional<xla::ffi::Error> CheckAttention(Isa isa, int64_t head_dim,
   return std::nullopt;
 }
 
-// The caches' number type: keys and values both float32 or both bfloat16.
+// The caches' number type: keys and values both float32 or both bfloat16 (or uint16 holding
+// bfloat16's bit patterns, as models.kv_cache keeps a compact cache).
 inline std::optional<xla::ffi::Error> CacheNumbersOf(xla::ffi::DataType keys,
                                                      xla::ffi::DataType values,
                                                      CacheNumbers* numbers) {
   if (keys == values && keys == xla::ffi::DataType::F32) {
     *numbers = CacheNumbers::kFloat32;
-  } else if (keys == values && keys == xla::ffi::DataType::BF16) {
+  } else if (keys == values &&
+             (keys == xla::ffi::DataType::BF16 || keys == xla::ffi::DataType::U16)) {
     *numbers = CacheNumbers::kBfloat16;
   } else {
     return xla::ffi::Error::InvalidArgument(

@@ -34,9 +34,22 @@ def ends_of(allowed: jax.Array) -> jax.Array:
   return jnp.max(jnp.where(allowed, index, 0), axis=-1)
 
 
+# A cache of this dtype holds bfloat16 numbers' bit patterns (models.kv_cache keeps a compact
+# cache so, for in-place updates); the kernel reads it as bfloat16, XLA through `numbers`.
+BFLOAT16_BITS = jnp.uint16
+
+
+def numbers(cache: jax.Array) -> jax.Array:
+  """A cache array as numbers: bfloat16 bit patterns (BFLOAT16_BITS) as bfloat16."""
+  if cache.dtype == BFLOAT16_BITS:
+    return jax.lax.bitcast_convert_type(cache, jnp.bfloat16)
+  return cache
+
+
 def uses_kernel(queries: jax.Array, keys: jax.Array, values: jax.Array | None = None) -> bool:
   """Whether cached_attention takes the CPU kernel for these operands (at trace time):
-  float32 queries over float32 or bfloat16 caches (values as keys; None: the same)."""
+  float32 queries over float32 or bfloat16 caches (or bfloat16's bits; values as keys,
+  None: the same)."""
   values = keys if values is None else values
   isa = small_k.instruction_set()
   lanes = 16 if isa == "avx512f" else 8
@@ -44,7 +57,7 @@ def uses_kernel(queries: jax.Array, keys: jax.Array, values: jax.Array | None = 
     os.environ.get(small_k.ENV_VARIABLE, "auto") != "xla"
     and isa is not None
     and queries.dtype == jnp.float32
-    and keys.dtype in (jnp.float32, jnp.bfloat16)
+    and keys.dtype in (jnp.float32, jnp.bfloat16, BFLOAT16_BITS)
     and values.dtype == keys.dtype
     and queries.shape[-1] % lanes == 0
   )
@@ -53,10 +66,11 @@ def uses_kernel(queries: jax.Array, keys: jax.Array, values: jax.Array | None = 
 def xla_attention(queries, keys, values, allowed, scale):
   """The same attention in XLA's operations (accelerators, gradients, and where the kernel
   does not apply): queries [batch, k, heads, head_dim] over keys and values [batch,
-  capacity, kv_heads, head_dim] where allowed bool[batch, k, capacity] -> [batch, k, heads,
-  head_dim]."""
+  capacity, kv_heads, head_dim] (numbers, or bfloat16's bits) where allowed bool[batch, k,
+  capacity] -> [batch, k, heads, head_dim]."""
   batch, k, heads, head_dim = queries.shape
   kv_heads = keys.shape[2]
+  keys, values = numbers(keys), numbers(values)
   q = queries.reshape(batch, k, kv_heads, heads // kv_heads, head_dim)
   scores = jnp.einsum("bqhgd,bshd->bhgqs", q, keys, preferred_element_type=jnp.float32)
   bias = jnp.where(allowed, 0.0, MASK_BIAS).astype(jnp.float32)  # [batch, k, capacity]

@@ -30,9 +30,22 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from specsample.kernels.attention import BFLOAT16_BITS
+
 # The logical axes of a cache array, for a partitioning's `constrain` (scaling.rules).
 CACHE_AXES = ("batch", "length", "heads", "head_dim")  # T5: heads = the query heads
 KV_CACHE_AXES = ("batch", "length", "kv_heads", "head_dim")  # grouped-query attention
+
+
+# A compact bfloat16 cache (DecoderOnly's `cache_dtype`) is kept as the numbers' bit
+# patterns: XLA's CPU compiler computes bfloat16 updates in float32, converting the whole
+# cache there and back (a copy of every layer's cache per step), while an update of integers
+# stays in place. Attention (kernels.attention) reads such a cache as bfloat16 numbers.
+
+
+def storage_dtype(dtype) -> jnp.dtype:
+  """The dtype a cache of `dtype` numbers is kept in (bfloat16 -> its bits)."""
+  return jnp.dtype(BFLOAT16_BITS if jnp.dtype(dtype) == jnp.bfloat16 else dtype)
 
 
 def write_at(cache: jax.Array, new: jax.Array, index: jax.Array) -> jax.Array:
@@ -41,9 +54,11 @@ def write_at(cache: jax.Array, new: jax.Array, index: jax.Array) -> jax.Array:
 
   def write_row(row_cache, row_new, row_index):
     start = (row_index,) + (jnp.zeros((), row_index.dtype),) * (row_cache.ndim - 1)
-    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
+    return jax.lax.dynamic_update_slice(row_cache, row_new, start)
 
-  return jax.vmap(write_row)(cache, new, index)
+  if cache.dtype == BFLOAT16_BITS and new.dtype != BFLOAT16_BITS:  # numbers -> their bits
+    new = jax.lax.bitcast_convert_type(new.astype(jnp.bfloat16), BFLOAT16_BITS)
+  return jax.vmap(write_row)(cache, new.astype(cache.dtype), index)
 
 
 def move_to_end(cache: jax.Array, slots: jax.Array, end_index: jax.Array) -> jax.Array:

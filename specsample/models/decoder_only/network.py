@@ -139,16 +139,16 @@ class Block(nn.Module):
       queries, keys = self.query_norm(queries), self.key_norm(keys)
     queries, keys = rotary(queries, positions, frequencies), rotary(keys, positions, frequencies)
     values = self.value(h).reshape(batch, k, c.num_kv_heads, c.head_dim)
-    keys, values = cache.write(keys, values, end_index)  # [batch, capacity, kv_heads, head_dim]
+    cache = cache.write(keys, values, end_index)  # [batch, capacity, kv_heads, head_dim]
     # [batch, k, heads, head_dim] over the cache entries each query sees
-    context = cached_attention(queries, keys, values, allowed, c.attention_scale, ends)
+    context = cached_attention(queries, *cache, allowed, c.attention_scale, ends)
     attended = self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
     # A post-norm ends in a product: rounded before the residual sum (`layers.rounded`)
     x = x + (rounded(self.post_attention_norm(attended)) if c.post_norms else attended)
     h = self.mlp_norm(x)
     mlp = self.down(_activation(c)(self.gate(h)) * self.up(h))
     x = x + (rounded(self.post_mlp_norm(mlp)) if c.post_norms else mlp)
-    return x, KeysValues(keys, values)
+    return x, cache
 
   def _int8_layer(self, params, x, positions, cache: KeysValues, end_index, allowed, ends):
     """The layer as two kernel calls (kernels.decoder_layer) around the cache write."""
@@ -161,14 +161,15 @@ class Block(nn.Module):
       cos, sin, c.layer_norm_epsilon,
     )  # fmt: skip
     shape = (batch, k, c.num_kv_heads, c.head_dim)
-    keys, values = cache.write(keys.reshape(shape), values.reshape(shape), end_index)
+    cache = cache.write(keys.reshape(shape), values.reshape(shape), end_index)
     if ends is None:
       ends = ends_of(allowed)
+    keys, values = cache  # bfloat16 numbers' bits, read as bfloat16 (kv_cache.storage_dtype)
     x = decoder_layer.int8_attention_mlp(
       x, queries, keys, values, allowed, ends, kernel["out"], params["mlp_norm"]["scale"],
       kernel["gate"], kernel["up"], kernel["down"], c.head_dim**-0.5, c.layer_norm_epsilon,
     )  # fmt: skip
-    return x, KeysValues(keys, values)
+    return x, cache
 
 
 class DecoderOnlyNetwork(nn.Module):
@@ -242,9 +243,10 @@ class DecoderOnlyNetwork(nn.Module):
 
 def empty_caches(config: DecoderOnlyConfig, batch: int, capacity: int) -> tuple[KeysValues, ...]:
   """Zeroed caches: per layer keys and values, each [batch, capacity, kv_heads, head_dim],
-  in `config.cache_dtype` (None: the model's dtype)."""
+  in `config.cache_dtype` (None: the model's dtype; bfloat16 kept as its bits,
+  `kv_cache.storage_dtype`)."""
   c = config
-  dtype = jnp.dtype(c.cache_dtype or c.dtype)
+  dtype = kv_cache.storage_dtype(c.cache_dtype) if c.cache_dtype else jnp.dtype(c.dtype)
   return kv_cache.zeros(c.num_layers, batch, capacity, c.num_kv_heads, c.head_dim, dtype)
 
 
