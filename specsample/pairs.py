@@ -39,7 +39,7 @@ from specsample.models.ngram import NGramDraft
 from specsample.models.weights import cache_numbers, with_q8_0_draft
 
 WEIGHTS = ("auto", "float32", "bfloat16", "gguf")
-ACTIVATIONS = ("auto", "int8", "float32")
+ACTIVATIONS = ("auto", "int8", "int8x2", "float32")
 DEFAULT_GAMMA = 4
 SMOLLM2_VOCAB_SIZE = 49152  # the bundled drafts' vocabulary (SmolLM2's)
 
@@ -53,7 +53,7 @@ class Pair:
   tokenizer: object  # encode / decode / apply_chat_template
   gamma: int  # the gamma recommended for this pair (DEFAULT_GAMMA when none is known)
   weights: str  # "float32", "bfloat16" or "gguf"
-  activations: str  # "int8" or "float32"
+  activations: str  # "int8", "int8x2" or "float32"
   title: str  # e.g. "SmolLM2-135M-Instruct + bundled:feature draft behind prompt lookup"
   bundled: bool  # the draft is one of the bundled SmolLM2 drafts
   draft_in_blocks: bool = False  # a token-level draft's matrices kept in Q8_0 blocks
@@ -90,10 +90,16 @@ class Pair:
 def activations_note(activations: str) -> str:
   from specsample.kernels import small_k
 
+  isa = small_k.integer_instruction_set() or "XLA"
   if activations == "int8":
-    isa = small_k.integer_instruction_set() or "XLA"
     how = f"8 bits per number in blocks of 32, integer dot products: {isa}"
     other = "--activations float32 for float32 arithmetic"
+  elif activations == "int8x2":
+    how = (
+      "8 bits per number in blocks of 32 and a second 8-bit pass over the rounding error, "
+      f"integer dot products: {isa}"
+    )
+    other = "--activations int8 for one pass"
   else:
     how = "the float32 product of the dequantized weights"
     other = "--activations int8 for integer dot products"
@@ -119,15 +125,15 @@ def resolve_weights(weights: str, target_path: str | None, *, dtype: str, sharde
 
 def resolve_activations(activations: str, weights: str) -> str:
   """activations "auto" -> "int8" for GGUF blocks where the CPU kernel runs, else
-  "float32"; "int8" without blocks is refused."""
+  "float32"; integer activations without blocks are refused."""
   from specsample.kernels import small_k
 
   if activations not in ACTIVATIONS:
     raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
-  if activations == "int8" and weights != "gguf":
+  if activations in ("int8", "int8x2") and weights != "gguf":
     raise ValueError(
-      f"--activations int8 multiplies GGUF blocks: it needs --weights gguf (or auto on a "
-      f"GGUF file), not --weights {weights}"
+      f"--activations {activations} multiplies GGUF blocks: it needs --weights gguf (or auto "
+      f"on a GGUF file), not --weights {weights}"
     )
   if activations == "auto":
     return "int8" if weights == "gguf" and small_k.kernel_available() else "float32"
@@ -198,7 +204,7 @@ def load_pair(
     target_model = feature_target(target_model, draft_model)  # the layers a draft fuses
     tokens = load_tokenizer(tokenizer or target_path)
   target_model, draft_model = _with_weights(weights, target_model, draft_model)
-  in_blocks = activations == "int8" and token_draft_with_matrices(draft_model)
+  in_blocks = activations != "float32" and token_draft_with_matrices(draft_model)
   if in_blocks:  # the draft's calls cost a quarter of the bytes (its numbers never matter)
     draft_model = with_q8_0_draft(draft_model)
   if draft_model.vocab_size != target_model.vocab_size:

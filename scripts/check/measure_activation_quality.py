@@ -9,9 +9,11 @@ per block of 32, integer dot products). For each prompt, the exact model's greed
 compared at every response position: KL(exact || int8) (llama.cpp's perplexity tool's "KL
 divergence" against its f16 base) and top-1 agreement. Then both decode greedily on their
 own: how many responses differ, and where the first difference falls.
+`--activations int8x2` compares the two-pass integer arithmetic instead (each block's
+rounding error quantized again, its product added).
 
   python scripts/check/measure_activation_quality.py [--max-new-tokens 128] \
-      [--out docs/bench/activation_quality.json]
+      [--activations int8] [--out docs/bench/activation_quality.json]
 
 `--ablate` measures instead where 8 bits cost the most: the int8 model with one group of
 products at a time given float32 activations (the output layer; every layer's query/key/
@@ -41,6 +43,10 @@ def main() -> int:
   parser.add_argument("--out", default=None, help="write the results as JSON here")
   parser.add_argument("--ablate", action="store_true", help="which products cost the most")
   parser.add_argument(
+    "--activations", choices=["int8", "int8x2"], default="int8",
+    help="the integer arithmetic compared with the exact one",
+  )  # fmt: skip
+  parser.add_argument(
     "--cache-dtype", choices=["float32", "bfloat16"], default=None,
     help="the int8 model's key/value caches (default: the loader's)",
   )  # fmt: skip
@@ -62,7 +68,7 @@ def main() -> int:
     return 2
   models = {
     "exact": load_model(path, gguf_blocks=True),
-    "int8": load_model(path, gguf_blocks=True, activations="int8"),
+    "int8": load_model(path, gguf_blocks=True, activations=args.activations),
   }
   if args.cache_dtype is not None:
     int8 = models["int8"]
@@ -139,11 +145,11 @@ def main() -> int:
   }
   print(
     f"SmolLM2-135M-Instruct Q4_1 GGUF, {len(prompts)} prompts, the exact model's greedy "
-    f"responses (up to {args.max_new_tokens} tokens, {summary['positions']} positions); int8 "
-    f"kernels: {small_k.integer_instruction_set()}, int8 model's cache: "
+    f"responses (up to {args.max_new_tokens} tokens, {summary['positions']} positions); "
+    f"{args.activations} kernels: {small_k.integer_instruction_set()}, its cache: "
     f"{models['int8'].config.cache_dtype or models['int8'].config.dtype}"
   )
-  print("| KL(exact || int8) mean | median | 99th percentile | max | top-1 agreement | "
+  print(f"| KL(exact || {args.activations}) mean | median | 99th percentile | max | top-1 agreement | "
         "greedy responses differing | median first difference |")  # fmt: skip
   print("|---|---|---|---|---|---|---|")
   first = summary["median_first_difference"]

@@ -70,7 +70,7 @@ def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--context", type=int, default=500)
   parser.add_argument("--k", type=int, nargs="+", default=[1, 4, 8])
-  parser.add_argument("--activations", choices=["int8", "float32"], default="int8")
+  parser.add_argument("--activations", choices=["int8", "int8x2", "float32"], default="int8")
   parser.add_argument("--repeats", type=int, default=9)
   parser.add_argument("--caches", nargs="+", choices=["float32", "bfloat16"], default=None)
   args = parser.parse_args()

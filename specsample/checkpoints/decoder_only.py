@@ -27,8 +27,10 @@ from specsample.kernels.int8_blocks import Int8BlockMatrix, from_gguf_blocks
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.decoder_only.network import parameter_shapes
 
-# How GGUF blocks kept in memory are multiplied (params_from_hf, load_model).
-ACTIVATIONS = ("float32", "int8")
+# How GGUF blocks kept in memory are multiplied (params_from_hf, load_model), and for the
+# integer arithmetics the passes that quantize each activation row (Int8BlockMatrix.passes).
+ACTIVATIONS = ("float32", "int8", "int8x2")
+INTEGER_PASSES = {"int8": 1, "int8x2": 2}
 
 # HF names inside model.layers.{i}. -> (our name inside blocks_{i}/, transposed).
 _LAYER_NAMES = {
@@ -94,7 +96,8 @@ def params_from_hf(
   one (a draft that shares its target's, `specsample_shared_embedding` in config.json).
   activations: how GGUF blocks (`BlockMatrix` tensors) are multiplied: "float32" keeps
   them as `BlockMatrix` (float32 arithmetic on the dequantized weights), "int8" repacks
-  them as `Int8BlockMatrix` (8-bit activations, integer dot products).
+  them as `Int8BlockMatrix` (8-bit activations, integer dot products), "int8x2" as well,
+  with each activation's rounding error quantized in a second pass (about 15 bits).
   """
   if activations not in ACTIVATIONS:
     raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
@@ -147,8 +150,9 @@ def params_from_hf(
       node = node.setdefault(part, {})
     if isinstance(value, Int8BlockMatrix):  # a target's shared embedding, packed already
       node[leaf] = value
-    elif kept and activations == "int8":
-      node[leaf] = from_gguf_blocks(np.asarray(value.blocks), value.format)
+    elif kept and activations in INTEGER_PASSES:
+      passes = INTEGER_PASSES[activations]
+      node[leaf] = from_gguf_blocks(np.asarray(value.blocks), value.format, passes)
     elif kept:
       node[leaf] = from_numpy(value.blocks, value.format)
     else:

@@ -100,26 +100,35 @@ def load_model(
   activations: how kept blocks are multiplied: "float32" (the float32 product of the
     dequantized weights, equal to the float32 model's arithmetic up to summation order)
     or "int8" (each activation row quantized to 8 bits in blocks of 32, integer dot
-    products, as llama.cpp computes: `kernels.int8_blocks`). Needs gguf_blocks.
+    products, as llama.cpp computes: `kernels.int8_blocks`) or "int8x2" (the same with
+    each block's rounding error quantized in a second 8-bit pass and its product added:
+    about 15 bits per activation, at twice the rows of integer products). Needs
+    gguf_blocks.
   cache_dtype: a decoder-only model's key/value caches, "float32" or "bfloat16" (half the
-    bytes attention reads); None: bfloat16 under 8-bit activations, else `dtype`.
+    bytes attention reads); None: bfloat16 under integer activations, else `dtype`.
   Raises CheckpointError naming the file and what was expected.
   """
   from specsample.checkpoints import architectures
-  from specsample.checkpoints.decoder_only import SHARED_EMBEDDING_KEY, params_from_hf
+  from specsample.checkpoints.decoder_only import (
+    ACTIVATIONS,
+    SHARED_EMBEDDING_KEY,
+    params_from_hf,
+  )
   from specsample.checkpoints.formats.safetensors import read_hf_json, read_hf_tensors
 
   if dtype not in ("float32", "bfloat16"):
     raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
   if gguf_blocks and dtype != "float32":
     raise ValueError("gguf_blocks needs dtype 'float32' (the kernel's arithmetic)")
-  if activations not in ("float32", "int8"):
-    raise ValueError(f"activations must be 'float32' or 'int8', got {activations!r}")
-  if activations == "int8" and not gguf_blocks:
-    raise ValueError("activations='int8' needs gguf_blocks=True (it multiplies GGUF blocks)")
+  if activations not in ACTIVATIONS:
+    raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+  if activations != "float32" and not gguf_blocks:
+    raise ValueError(
+      f"activations={activations!r} needs gguf_blocks=True (it multiplies GGUF blocks)"
+    )
   if cache_dtype not in (None, "float32", "bfloat16"):
     raise ValueError(f"cache_dtype must be 'float32', 'bfloat16' or None, got {cache_dtype!r}")
-  if cache_dtype is None and activations == "int8":
+  if cache_dtype is None and activations != "float32":
     cache_dtype = "bfloat16"
   path = local_path(path_or_hub_id)
   if is_gguf(path):

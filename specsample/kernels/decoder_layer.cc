@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -96,8 +97,8 @@ struct Product {
 
 // The products of the same quantized rows with several matrices, in one parallel job
 // (parts: runs of at least kMinGroupsPerPart groups of one matrix).
-void RunProducts(int threads, IntIsa isa, const Activations& a, const Product* products,
-                 int count) {
+void RunProductsOnce(int threads, IntIsa isa, const Activations& a, const Product* products,
+                     int count) {
   struct Part {
     int product;
     int64_t g0, g1;
@@ -134,10 +135,36 @@ float* Scratch(std::vector<float>& buffer, int64_t size) {
   return buffer.data();
 }
 
-Activations Quantized(std::vector<int32_t>& buffer, int64_t k, int64_t d) {
-  const int64_t words = ActivationBuffer::Words(k, d);
+constexpr int kMaxProducts = 3;  // products of the same rows in one job
+
+// The products of rows quantized in `passes` passes (a.k = passes * rows; QuantizeActivations)
+// with up to kMaxProducts matrices: two passes give 2 * rows partial products per matrix,
+// each row's two added into its output.
+void RunProducts(int threads, IntIsa isa, const Activations& a, const Product* products,
+                 int count, int passes) {
+  if (passes == 1) return RunProductsOnce(threads, isa, a, products, count);
+  thread_local std::vector<float> partials[kMaxProducts];
+  Product both[kMaxProducts];
+  for (int i = 0; i < count; ++i) {
+    both[i] = {products[i].w, Scratch(partials[i], a.k * products[i].w.n)};
+  }
+  RunProductsOnce(threads, isa, a, both, count);
+  const int64_t rows = a.k / 2;
+  for (int i = 0; i < count; ++i) AddSecondPass(both[i].y, rows * products[i].w.n, products[i].y);
+}
+
+// Checks the passes attribute of a handler.
+std::optional<ffi::Error> CheckPasses(const char* name, int32_t passes) {
+  if (passes == 1 || passes == 2) return std::nullopt;
+  return ffi::Error::InvalidArgument(std::string(name) + ": passes must be 1 or 2, got " +
+                                     std::to_string(passes));
+}
+
+// Scratch for k rows of d numbers quantized in `passes` passes (passes * k rows).
+Activations Quantized(std::vector<int32_t>& buffer, int64_t k, int64_t d, int passes) {
+  const int64_t words = ActivationBuffer::Words(passes * k, d);
   if (static_cast<int64_t>(buffer.size()) < words) buffer.resize(words);
-  return ActivationBuffer::Into(buffer.data(), k, d);
+  return ActivationBuffer::Into(buffer.data(), passes * k, d);
 }
 
 // The rotary embedding of x [rows, width] in heads of 2 * half numbers (rotate-half), with
@@ -172,7 +199,8 @@ ffi::Error Int8Qkv(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ff
                    ffi::Buffer<ffi::F32> cos, ffi::Buffer<ffi::F32> sin,
                    ffi::ResultBuffer<ffi::F32> q, ffi::ResultBuffer<ffi::F32> k,
                    ffi::ResultBuffer<ffi::F32> v, float eps, int32_t format_q, int32_t format_k,
-                   int32_t format_v) {
+                   int32_t format_v, int32_t passes) {
+  if (auto error = CheckPasses("int8_qkv", passes)) return *std::move(error);
   const auto xd = x.dimensions();
   const auto cd = cos.dimensions();
   if (xd.size() != 2 || norm.element_count() != xd[1] || cd.size() != 2 || cd[0] != xd[0] ||
@@ -200,16 +228,16 @@ ffi::Error Int8Qkv(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ff
   thread_local std::vector<float> normed;
   thread_local std::vector<int32_t> quantized;
   float* h = Scratch(normed, rows * d);
-  const Activations a = Quantized(quantized, rows, d);
+  const Activations a = Quantized(quantized, rows, d, passes);
   const IntIsa int_isa = ActiveIntIsa();
   if (isa == Isa::kAvx512) {
     layer_avx512::RmsNorm(x.typed_data(), norm.typed_data(), rows, d, eps, h);
   } else {
     layer_avx2::RmsNorm(x.typed_data(), norm.typed_data(), rows, d, eps, h);
   }
-  QuantizeActivations(int_isa, h, d, a);
+  QuantizeActivations(int_isa, h, d, a, passes);
   const Product products[] = {{mq, q->typed_data()}, {mk, k->typed_data()}, {mv, v->typed_data()}};
-  RunProducts(Threads(pool), int_isa, a, products, 3);
+  RunProducts(Threads(pool), int_isa, a, products, 3, passes);
   Rotate(q->typed_data(), rows, mq.n, half, cos.typed_data(), sin.typed_data());
   Rotate(k->typed_data(), rows, mk.n, half, cos.typed_data(), sin.typed_data());
   return ffi::Error::Success();
@@ -223,7 +251,8 @@ ffi::Error Int8AttentionMlp(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                             ffi::Buffer<ffi::U8> wu, ffi::Buffer<ffi::U8> wd,
                             ffi::ResultBuffer<ffi::F32> out, float scale, float eps,
                             int32_t format_o, int32_t format_g, int32_t format_u,
-                            int32_t format_d, int64_t mlp_dim) {
+                            int32_t format_d, int64_t mlp_dim, int32_t passes) {
+  if (auto error = CheckPasses("int8_attention_mlp", passes)) return *std::move(error);
   const auto xd = x.dimensions();
   const auto qd = queries.dimensions();
   const auto kd = keys.dimensions();
@@ -274,10 +303,10 @@ ffi::Error Int8AttentionMlp(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                       values.untyped_data(),
                       allowed.typed_data(), ends.typed_data(), batch, k, heads, kd[2], head_dim,
                       capacity, scale, context);
-  Activations a = Quantized(quantized, rows, qd[2]);
-  QuantizeActivations(int_isa, context, qd[2], a);
+  Activations a = Quantized(quantized, rows, qd[2], passes);
+  QuantizeActivations(int_isa, context, qd[2], a, passes);
   const Product out_product[] = {{mo, product}};
-  RunProducts(threads, int_isa, a, out_product, 1);
+  RunProducts(threads, int_isa, a, out_product, 1, passes);
   AddInto(y, x.typed_data(), product, rows * d);
   // + down(silu(gate(h)) * up(h)), h = rmsnorm(x + attention)
   if (isa == Isa::kAvx512) {
@@ -285,19 +314,19 @@ ffi::Error Int8AttentionMlp(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   } else {
     layer_avx2::RmsNorm(y, norm.typed_data(), rows, d, eps, product);
   }
-  a = Quantized(quantized, rows, d);
-  QuantizeActivations(int_isa, product, d, a);
+  a = Quantized(quantized, rows, d, passes);
+  QuantizeActivations(int_isa, product, d, a, passes);
   const Product mlp_products[] = {{mg, gate}, {mu, up}};
-  RunProducts(threads, int_isa, a, mlp_products, 2);
+  RunProducts(threads, int_isa, a, mlp_products, 2, passes);
   if (isa == Isa::kAvx512) {
     layer_avx512::SiluTimes(gate, up, rows * mlp_dim);
   } else {
     layer_avx2::SiluTimes(gate, up, rows * mlp_dim);
   }
-  a = Quantized(quantized, rows, mlp_dim);
-  QuantizeActivations(int_isa, gate, mlp_dim, a);
+  a = Quantized(quantized, rows, mlp_dim, passes);
+  QuantizeActivations(int_isa, gate, mlp_dim, a, passes);
   const Product down_product[] = {{md, product}};
-  RunProducts(threads, int_isa, a, down_product, 1);
+  RunProducts(threads, int_isa, a, down_product, 1, passes);
   AddInto(y, y, product, rows * d);
   return ffi::Error::Success();
 }
@@ -321,7 +350,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleInt8Qkv, specsample::Int8Qkv,
                                   .Attr<float>("eps")
                                   .Attr<int32_t>("format_q")
                                   .Attr<int32_t>("format_k")
-                                  .Attr<int32_t>("format_v"));
+                                  .Attr<int32_t>("format_v")
+                                  .Attr<int32_t>("passes"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleInt8AttentionMlp, specsample::Int8AttentionMlp,
                               ffi::Ffi::Bind()
@@ -344,4 +374,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecsampleInt8AttentionMlp, specsample::Int8Attent
                                   .Attr<int32_t>("format_g")
                                   .Attr<int32_t>("format_u")
                                   .Attr<int32_t>("format_d")
-                                  .Attr<int64_t>("mlp_dim"));
+                                  .Attr<int64_t>("mlp_dim")
+                                  .Attr<int32_t>("passes"));

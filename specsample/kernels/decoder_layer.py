@@ -15,12 +15,14 @@ row's numbers do not depend on the call's other rows (verification equals plain 
 bit for bit); its float steps are the kernel's own (decoder_layer.cc says which), not XLA's,
 so this is its own arithmetic, as 8-bit activations already are. `applies(config, params)`
 says when a layer takes this path: a Llama-shaped layer (no biases, no q/k norms, SiLU MLP)
-whose seven projections are all Int8BlockMatrix, on a CPU with the kernels. Elsewhere (other
-platforms' lowerings) the same steps run as XLA operations.
+whose seven projections are all Int8BlockMatrix with the same activation passes, on a CPU
+with the kernels. Elsewhere (other platforms' lowerings) the same steps run as XLA
+operations.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -50,9 +52,9 @@ def applies(config, params) -> bool:
   widths = (config.d_model, config.num_heads * config.head_dim, config.mlp_dim)
   if any(width % 32 for width in widths) or config.head_dim % lanes:
     return False
-  return all(
-    isinstance(params.get(name, {}).get("kernel"), int8_blocks.Int8BlockMatrix)
-    for name in PROJECTIONS
+  kernels = [params.get(name, {}).get("kernel") for name in PROJECTIONS]
+  return all(isinstance(w, int8_blocks.Int8BlockMatrix) for w in kernels) and (
+    len({w.passes for w in kernels}) == 1
   )
 
 
@@ -87,13 +89,14 @@ def int8_qkv(x, norm_scale, wq, wk, wv, cos, sin, eps: float):
       "specsample_int8_qkv", shapes, x, scale, q_, k_, v_, c, s,
       eps=np.float32(eps), format_q=np.int32(FORMAT_CODES[wq.format]),
       format_k=np.int32(FORMAT_CODES[wk.format]), format_v=np.int32(FORMAT_CODES[wv.format]),
+      passes=np.int32(wq.passes),
     )  # fmt: skip
 
   def xla(x, scale, q_, k_, v_, c, s):
     h = _rms_norm(x, scale, eps)
-    q = int8_blocks._xla_matmul(h, int8_blocks.Int8BlockMatrix(q_, wq.format, wq.rows))
-    k = int8_blocks._xla_matmul(h, int8_blocks.Int8BlockMatrix(k_, wk.format, wk.rows))
-    v = int8_blocks._xla_matmul(h, int8_blocks.Int8BlockMatrix(v_, wv.format, wv.rows))
+    q = int8_blocks._xla_matmul(h, dataclasses.replace(wq, packed=q_))
+    k = int8_blocks._xla_matmul(h, dataclasses.replace(wk, packed=k_))
+    v = int8_blocks._xla_matmul(h, dataclasses.replace(wv, packed=v_))
     return [_rotate(q, c, s), _rotate(k, c, s), v]
 
   operands = (
@@ -120,12 +123,12 @@ def int8_attention_mlp(
       scale=np.float32(scale), eps=np.float32(eps),
       format_o=np.int32(FORMAT_CODES[wo.format]), format_g=np.int32(FORMAT_CODES[wg.format]),
       format_u=np.int32(FORMAT_CODES[wu.format]), format_d=np.int32(FORMAT_CODES[wd.format]),
-      mlp_dim=np.int64(wg.rows),
+      mlp_dim=np.int64(wg.rows), passes=np.int32(wo.passes),
     )  # fmt: skip
 
   def xla(x, q, k_, v, a, e, o, n, g, u, dn):
     def product(h, packed, like):
-      return int8_blocks._xla_matmul(h, int8_blocks.Int8BlockMatrix(packed, like.format, like.rows))
+      return int8_blocks._xla_matmul(h, dataclasses.replace(like, packed=packed))
 
     heads = q.reshape(batch, k, -1, head_dim)
     context = attention.xla_attention(heads, k_, v, a, scale).reshape(batch, k, -1)

@@ -54,28 +54,37 @@ from specsample.kernels.blocks import BLOCK_BYTES, BLOCK_WEIGHTS, FORMATS
 GROUP_ROWS = 16  # rows of W side by side in the packed layout
 # Bytes per (group, block of 32 weights), or per (group, super-block of 256) for Q4_K, Q6_K.
 PACKED_BYTES = {"q8_0": 544, "q4_0": 288, "q4_1": 320, "q5_0": 352, "q4_k": 2368, "q6_k": 3360}
+ACTIVATION_PASSES = (1, 2)  # one 8-bit pass, or a second over the first's rounding error
 OFFSETS = {"q8_0": 128, "q4_0": 8, "q4_1": 0, "q5_0": 16, "q4_k": 0, "q6_k": 32}
 _TARGET = "specsample_int8_matmul_"  # + format
 
 
 @functools.partial(
-  jax.tree_util.register_dataclass, data_fields=["packed"], meta_fields=["format", "rows"]
+  jax.tree_util.register_dataclass,
+  data_fields=["packed"],
+  meta_fields=["format", "rows", "passes"],
 )
 @dataclasses.dataclass(frozen=True)
 class Int8BlockMatrix:
   """An [out, in] weight matrix in a GGUF block format, packed for 8-bit activations.
 
   packed: uint8 [ceil(out / 16), in / BLOCK_WEIGHTS[format] * PACKED_BYTES[format]] (numpy
-  or jax); format: one of FORMATS; rows: out (the last group may be partly padding).
+  or jax); format: one of FORMATS; rows: out (the last group may be partly padding);
+  passes: how activations are quantized, 1 (8 bits per number, in blocks of 32) or 2 (the
+  first pass's rounding error quantized again, both partial products added: about 15 bits
+  per number, at the cost of twice the rows in the integer products).
   """
 
   packed: jax.Array  # a pytree leaf
   format: str  # static
   rows: int  # static
+  passes: int = 1  # static
 
   def __post_init__(self):
     if self.format not in PACKED_BYTES:
       raise ValueError(f"block format must be one of {FORMATS}, got {self.format!r}")
+    if self.passes not in ACTIVATION_PASSES:
+      raise ValueError(f"activation passes must be one of {ACTIVATION_PASSES}, got {self.passes!r}")
     shape = getattr(self.packed, "shape", None)  # None: a placeholder leaf (jax.tree ops)
     if shape is not None and (
       len(shape) != 2
@@ -319,10 +328,11 @@ def select_rows(matrix: Int8BlockMatrix, ids) -> Int8BlockMatrix:
   return from_gguf_blocks(raw[np.asarray(ids)], matrix.format)
 
 
-def from_gguf_blocks(blocks: np.ndarray, format: str) -> Int8BlockMatrix:
+def from_gguf_blocks(blocks: np.ndarray, format: str, passes: int = 1) -> Int8BlockMatrix:
   """An Int8BlockMatrix of a GGUF matrix's bytes (numpy uint8 [out, row bytes]), on the
-  device."""
-  return Int8BlockMatrix(jnp.asarray(pack(blocks, format)), format, int(blocks.shape[0]))
+  device, multiplied with activations quantized in `passes` passes."""
+  packed = jnp.asarray(pack(blocks, format))
+  return Int8BlockMatrix(packed, format, int(blocks.shape[0]), passes)
 
 
 # ---------------------------------------------------------------------------------------
@@ -481,14 +491,31 @@ def quantize_rows(x: np.ndarray):
   return q.astype(np.int8), dx, s16, dxs
 
 
+def rounding_error(x: np.ndarray) -> np.ndarray:
+  """float32 [k, d] -> what one 8-bit pass leaves of it, float32 [k, d]: e = x - dx q
+  rounded once (the kernel's fma(-q, dx, x); q dx is exact in float64, and so is x - q dx,
+  |x - q dx| <= dx / 2 being of x's magnitude)."""
+  x = np.asarray(x, np.float32)
+  k, d = x.shape
+  q, dx, _, _ = quantize_rows(x)
+  approx = q.astype(np.float64) * dx[..., None].astype(np.float64)  # [k, d / 32, 32]
+  return (x.reshape(k, d // 32, 32).astype(np.float64) - approx).astype(np.float32).reshape(k, d)
+
+
 def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
   """float32 a * b + c rounded once (exact products in float64: 24 + 24 bits)."""
   return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float32)
 
 
-def reference_matmul(x: np.ndarray, packed: np.ndarray, format: str, rows: int) -> np.ndarray:
+def reference_matmul(
+  x: np.ndarray, packed: np.ndarray, format: str, rows: int, passes: int = 1
+) -> np.ndarray:
   """x float32 [k, in] @ W.T with W packed uint8 [groups, bytes] -> float32 [k, rows]:
-  the kernel's arithmetic (module docstring) in NumPy."""
+  the kernel's arithmetic (module docstring) in NumPy; two passes add the product of x's
+  rounding error (`rounding_error`) to the product of x, in float32."""
+  if passes == 2:
+    first = reference_matmul(x, packed, format, rows)
+    return first + reference_matmul(rounding_error(x), packed, format, rows)
   q, dx, s16, dxs = quantize_rows(x)
   u = unpack(np.asarray(packed), format, np)
   values = u.values.reshape(-1, *u.values.shape[-2:])[:rows].astype(np.int64)  # [n, nb, 32]
@@ -533,10 +560,16 @@ def _xla_matmul(x: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:
   weights, by XLA."""
   *lead, features = x.shape
   blocks_ = x.reshape(*lead, features // 32, 32).astype(jnp.float32)
-  dx = jnp.max(jnp.abs(blocks_), axis=-1, keepdims=True) / 127.0
-  inverse = jnp.where(dx != 0, 1.0 / jnp.where(dx != 0, dx, 1.0), 0.0)
-  x_hat = (jnp.round(blocks_ * inverse) * dx).reshape(x.shape)
-  return jnp.einsum("...i,oi->...o", x_hat, dequantize(matrix))
+
+  def quantized(blocks_):  # [..., nb, 32] -> the numbers one 8-bit pass keeps
+    dx = jnp.max(jnp.abs(blocks_), axis=-1, keepdims=True) / 127.0
+    inverse = jnp.where(dx != 0, 1.0 / jnp.where(dx != 0, dx, 1.0), 0.0)
+    return jnp.round(blocks_ * inverse) * dx
+
+  x_hat = quantized(blocks_)
+  if matrix.passes == 2:
+    x_hat = x_hat + quantized(blocks_ - x_hat)
+  return jnp.einsum("...i,oi->...o", x_hat.reshape(x.shape), dequantize(matrix))
 
 
 def _kernel_call(rows: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:
@@ -547,10 +580,13 @@ def _kernel_call(rows: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:
     vmap_method="sequential",
   )
 
-  def xla(x, packed):
-    return _xla_matmul(x, Int8BlockMatrix(packed, matrix.format, matrix.rows))
+  def kernel(x, packed):
+    return call(x, packed, passes=np.int32(matrix.passes))
 
-  return jax.lax.platform_dependent(rows, matrix.packed, cpu=call, default=xla)
+  def xla(x, packed):
+    return _xla_matmul(x, dataclasses.replace(matrix, packed=packed))
+
+  return jax.lax.platform_dependent(rows, matrix.packed, cpu=kernel, default=xla)
 
 
 def matmul(x: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:

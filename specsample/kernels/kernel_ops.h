@@ -17,8 +17,15 @@ namespace specsample {
 Isa ActiveKernelIsa();
 IntIsa ActiveIntIsa();
 
-// Rows x [k, d] (row stride ldx) quantized into `a` (int8_matmul.h).
-void QuantizeActivations(IntIsa isa, const float* x, int64_t ldx, const Activations& a);
+// Rows x [k, d] (row stride ldx) quantized into `a` (int8_matmul.h) in `passes` passes: 1
+// (a.k = k rows), or 2 (a.k = 2k rows: row k + r holds row r's rounding error, quantized;
+// the two rows' products are added by AddSecondPass).
+void QuantizeActivations(IntIsa isa, const float* x, int64_t ldx, const Activations& a,
+                         int passes = 1);
+
+// y[i] = partial[i] + partial[count + i] for i < count: each row's product from its two
+// passes' partial products (the first pass's rows, then the errors' rows).
+void AddSecondPass(const float* partial, int64_t count, float* y);
 
 // Part of a product of quantized rows with a packed matrix of n rows: y[k, n] (row stride
 // n) for the rows of W in groups g0..g1.

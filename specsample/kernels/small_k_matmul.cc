@@ -231,10 +231,12 @@ ffi::Error SmallKMatmulBlocks(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 
 // y [k, n] = x [k, d] @ W.T for W [n, d] packed for 8-bit activations (int8_matmul.h):
 // `packed` u8 [ceil(n / 16), d / weights per block * bytes per block]. x is quantized once,
-// by this thread; parts take contiguous runs of groups (16 rows of W, 16 columns of y).
+// by this thread, in `passes` passes (1, or 2: the rounding error quantized again, the two
+// partial products added); parts take contiguous runs of groups (16 rows of W, 16 columns
+// of y).
 template <Packed P>
 ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> packed,
-                      ffi::ResultBuffer<ffi::F32> y) {
+                      ffi::ResultBuffer<ffi::F32> y, int32_t passes) {
   using Layout = PackedLayout<P>;
   const auto x_dims = x.dimensions();
   const auto w_dims = packed.dimensions();
@@ -248,42 +250,36 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
         "), packed [ceil(n / 16), d / " + std::to_string(Layout::kWeights) + " * " +
         std::to_string(Layout::kBytes) + "] and y [k, n]");
   }
+  if (passes != 1 && passes != 2) {
+    return ffi::Error::InvalidArgument("int8_matmul: passes must be 1 or 2, got " +
+                                       std::to_string(passes));
+  }
   const int64_t k = x_dims[0], d = x_dims[1], n = y_dims[1], groups = w_dims[0];
   const Isa isa = ActiveIsa().load(std::memory_order_relaxed);
   if (auto error = CheckRowsAndIsa("int8_matmul", k, isa)) return *std::move(error);
   const IntIsa int_isa = IntIsaOf(isa);
-  // The quantized rows, in a buffer of this thread's (the parts end before this returns).
+  // The quantized rows and (two passes) both passes' products, in buffers of this thread's
+  // (the parts end before this returns).
   thread_local std::vector<int32_t> scratch;
-  const int64_t words = ActivationBuffer::Words(k, d);
+  thread_local std::vector<float> partial;
+  const int64_t words = ActivationBuffer::Words(passes * k, d);
   if (static_cast<int64_t>(scratch.size()) < words) scratch.resize(words);
-  const Activations a = ActivationBuffer::Into(scratch.data(), k, d);
-  const uint8_t* w = packed.typed_data();
+  const Activations a = ActivationBuffer::Into(scratch.data(), passes * k, d);
+  QuantizeActivations(int_isa, x.typed_data(), d, a, passes);
   float* yp = y->typed_data();
+  if (passes == 2) {
+    if (static_cast<int64_t>(partial.size()) < 2 * k * n) partial.resize(2 * k * n);
+    yp = partial.data();
+  }
+  const uint8_t* w = packed.typed_data();
   const int64_t group_bytes = w_dims[1];
   const int64_t workers = PartsFor(pool, groups * kGroupRows * d, groups);
   const int64_t parts = workers == 1 ? 1 : std::min(groups, workers * kInt8PartsPerWorker);
-  switch (int_isa) {
-    case IntIsa::kAvx512Vnni:
-      int512vnni::QuantizeRows(x.typed_data(), d, a);
-      RunParts(pool, parts, [=](int64_t p) {
-        int512vnni::Int8Product<P>(a, w, group_bytes, n, yp, groups * p / parts,
-                                   groups * (p + 1) / parts);
-      });
-      break;
-    case IntIsa::kAvxVnni:
-      intavxvnni::QuantizeRows(x.typed_data(), d, a);
-      RunParts(pool, parts, [=](int64_t p) {
-        intavxvnni::Int8Product<P>(a, w, group_bytes, n, yp, groups * p / parts,
-                                   groups * (p + 1) / parts);
-      });
-      break;
-    default:
-      intavx2::QuantizeRows(x.typed_data(), d, a);
-      RunParts(pool, parts, [=](int64_t p) {
-        intavx2::Int8Product<P>(a, w, group_bytes, n, yp, groups * p / parts,
-                                groups * (p + 1) / parts);
-      });
-  }
+  RunParts(pool, parts, [=](int64_t p) {
+    Int8ProductPart(int_isa, P, a, w, group_bytes, n, yp, groups * p / parts,
+                    groups * (p + 1) / parts);
+  });
+  if (passes == 2) AddSecondPass(yp, k * n, y->typed_data());
   return ffi::Error::Success();
 }
 
@@ -293,12 +289,19 @@ Isa ActiveKernelIsa() { return ActiveIsa().load(std::memory_order_relaxed); }
 
 IntIsa ActiveIntIsa() { return IntIsaOf(ActiveKernelIsa()); }
 
-void QuantizeActivations(IntIsa isa, const float* x, int64_t ldx, const Activations& a) {
+void QuantizeActivations(IntIsa isa, const float* x, int64_t ldx, const Activations& a,
+                         int passes) {
   if (isa == IntIsa::kAvx512Vnni) {
-    int512vnni::QuantizeRows(x, ldx, a);
-  } else {
-    intavx2::QuantizeRows(x, ldx, a);  // the same numbers at either AVX2 width
+    if (passes == 2) return int512vnni::QuantizeRowsWithError(x, ldx, a);
+    return int512vnni::QuantizeRows(x, ldx, a);
   }
+  // the same numbers at either AVX2 width
+  if (passes == 2) return intavx2::QuantizeRowsWithError(x, ldx, a);
+  return intavx2::QuantizeRows(x, ldx, a);
+}
+
+void AddSecondPass(const float* partial, int64_t count, float* y) {
+  for (int64_t i = 0; i < count; ++i) y[i] = partial[i] + partial[count + i];
 }
 
 void Int8ProductPart(IntIsa isa, Packed format, const Activations& a, const uint8_t* w,
@@ -364,7 +367,8 @@ SPECSAMPLE_BLOCK_HANDLER(SpecsampleSmallKMatmulQ6_K, specsample::BlockQ6_K)
                                     .Ctx<ffi::ThreadPool>()                            \
                                     .Arg<ffi::Buffer<ffi::F32>>()                      \
                                     .Arg<ffi::Buffer<ffi::U8>>()                       \
-                                    .Ret<ffi::Buffer<ffi::F32>>());
+                                    .Ret<ffi::Buffer<ffi::F32>>()                      \
+                                    .Attr<int32_t>("passes"));
 SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ8_0, kQ8_0)
 SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ4_0, kQ4_0)
 SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ4_1, kQ4_1)

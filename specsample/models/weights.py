@@ -64,10 +64,14 @@ def block_formats(model) -> set[str]:
 
 def activations(model) -> str:
   """The arithmetic of the model's block matrices: "int8" when they are kept for 8-bit
-  activations (`Int8BlockMatrix`), else "float32"."""
+  activations (`Int8BlockMatrix`), "int8x2" when those take a second pass over the
+  activations' rounding error, else "float32"."""
   params = getattr(model, "params", None)
   kept = jax.tree.leaves(params, is_leaf=lambda leaf: isinstance(leaf, BLOCK_MATRICES))
-  return "int8" if any(isinstance(leaf, Int8BlockMatrix) for leaf in kept) else "float32"
+  passes = {leaf.passes for leaf in kept if isinstance(leaf, Int8BlockMatrix)}
+  if not passes:
+    return "float32"
+  return "int8x2" if max(passes) == 2 else "int8"
 
 
 def cache_numbers(model) -> str:
