@@ -149,8 +149,8 @@ def main() -> int:
     f"{args.activations} kernels: {small_k.integer_instruction_set()}, its cache: "
     f"{models['int8'].config.cache_dtype or models['int8'].config.dtype}"
   )
-  print(f"| KL(exact || {args.activations}) mean | median | 99th percentile | max | top-1 agreement | "
-        "greedy responses differing | median first difference |")  # fmt: skip
+  print(f"| KL(exact || {args.activations}) mean | median | 99th percentile | max | "
+        "top-1 agreement | greedy responses differing | median first difference |")  # fmt: skip
   print("|---|---|---|---|---|---|---|")
   first = summary["median_first_difference"]
   print(

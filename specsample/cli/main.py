@@ -89,8 +89,8 @@ def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> No
     "CPU kernel runs, else float32. int8: each activation row quantized to 8 bits in blocks "
     "of 32, integer dot products (as llama.cpp computes; the fastest). int8x2: the same with "
     "each block's rounding error quantized in a second 8-bit pass (about 15 bits per "
-    "activation: near float32's numbers at twice the rows of integer products). float32: the float32 "
-    "product of the dequantized weights (the float32 model's numbers, for parity with "
+    "activation: near float32's numbers at twice the rows of integer products). float32: "
+    "the float32 product of the dequantized weights (the float32 model's numbers, for parity with "
     "transformers)",
   )  # fmt: skip
 
