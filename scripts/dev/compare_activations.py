@@ -53,11 +53,13 @@ def main() -> int:
   for chat in chats:
     array, lengths = pad_to_width([chat], width)
     calls, keys = [], []
+    common = dict(prompt_lengths=lengths, max_new_tokens=args.max_new_tokens, sampling=GREEDY)
     for name, pair in pairs.items():
-      common = dict(prompt_lengths=lengths, max_new_tokens=args.max_new_tokens, sampling=GREEDY)
-      calls.append(lambda p=pair, c=common: generate(p.target, array, **c))
+      calls.append(lambda p=pair, a=array, c=common: generate(p.target, a, **c))
       calls.append(
-        lambda p=pair, c=common: speculative_generate(p.target, p.draft, array, gamma=args.gamma, **c)
+        lambda p=pair, a=array, c=common: speculative_generate(
+          p.target, p.draft, a, gamma=args.gamma, **c
+        )
       )
       keys += [(name, "plain"), (name, "speculative")]
     timings, results = time_calls(calls, repeats=args.repeats)

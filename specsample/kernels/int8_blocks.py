@@ -323,9 +323,9 @@ def to_gguf_blocks(packed: np.ndarray, format: str, rows: int) -> np.ndarray:
 
 def select_rows(matrix: Int8BlockMatrix, ids) -> Int8BlockMatrix:
   """The rows `ids` (int [m]) of the matrix, packed as a matrix of their own (a reduced
-  output layer: a draft's kept tokens)."""
+  output layer: a draft's kept tokens), multiplied as the matrix is (its passes)."""
   raw = to_gguf_blocks(np.asarray(matrix.packed), matrix.format, matrix.rows)
-  return from_gguf_blocks(raw[np.asarray(ids)], matrix.format)
+  return from_gguf_blocks(raw[np.asarray(ids)], matrix.format, matrix.passes)
 
 
 def from_gguf_blocks(blocks: np.ndarray, format: str, passes: int = 1) -> Int8BlockMatrix:
