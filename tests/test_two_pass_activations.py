@@ -90,6 +90,12 @@ def test_without_the_kernel_xla_computes_two_passes(monkeypatch, format):
   np.testing.assert_allclose(product(x, two), reference, **tolerance)
 
 
+def test_selected_rows_are_multiplied_as_their_matrix():
+  one, two, _ = _both(np.random.default_rng(13), "q8_0", 40, 64)
+  assert int8_blocks.select_rows(two, [3, 1]).passes == 2
+  assert int8_blocks.select_rows(one, [3, 1]).passes == 1
+
+
 def test_bad_passes_are_refused():
   with pytest.raises(ValueError, match=r"activation passes must be one of \(1, 2\), got 3"):
     int8_blocks.from_gguf_blocks(np.zeros((2, 34), np.uint8), "q8_0", passes=3)
