@@ -119,6 +119,18 @@ def test_the_machine_is_named_by_the_kernels_instruction_sets(monkeypatch):
   assert len(names) == len(small_k.supported_instruction_sets())  # costs kept apart
 
 
+def test_new_kernels_are_timed_anew(monkeypatch):
+  """Costs kept for one build of the kernels are not those of the next (an upgrade's)."""
+  if not small_k.kernel_available():
+    pytest.skip(str(small_k.why_not_available()))
+  from specsample.kernels import native
+
+  before = calibration.machine_id()
+  assert f"kernels {native.build_id()}" in before
+  monkeypatch.setattr(native, "build_id", lambda: "another build")
+  assert calibration.machine_id() != before
+
+
 def costs(r: dict[int, float], c: float) -> calibration.Costs:
   return calibration.Costs(c=c, r=r, target_step_ms=1.0, measured="now", seconds=0.0)
 

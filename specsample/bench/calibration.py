@@ -9,9 +9,11 @@ few seconds plus the step programs' compilation, and kept in the user's cache di
 (`cache_path()`: $SPECSAMPLE_CACHE_DIR, else $XDG_CACHE_HOME/specsample, else
 ~/.cache/specsample; one JSON file, rewritten atomically). `recalibrate=True` (the command
 line's --recalibrate) measures them again. A machine is named by its CPU model, the
-kernels' instruction sets (SPECSAMPLE_SMALL_K_ISA forces one), its core count and the jax
-version; a pair by the caller's id (`pairs.Pair.id`: the checkpoints' paths, sizes and
-modification times, the draft, the weights and the arithmetic).
+kernels' instruction sets (SPECSAMPLE_SMALL_K_ISA forces one), the kernels' build
+(`kernels.native.build_id`: a new version's kernels, built at its install, are timed
+anew), its core count and the jax version; a pair by the caller's id (`pairs.Pair.id`:
+the checkpoints' paths, sizes and modification times, the draft, the weights and the
+arithmetic).
 """
 
 from __future__ import annotations
@@ -63,12 +65,12 @@ class Costs:
 
 
 def machine_id() -> str:
-  """The CPU model, the kernels' instruction sets, the core count and jax's version (or
-  the accelerator's kind)."""
+  """The CPU model, the kernels' instruction sets and build, the core count and jax's
+  version (or the accelerator's kind)."""
   device = jax.devices()[0]
   if device.platform != "cpu":
     return f"{device.platform}:{device.device_kind}:{jax.device_count()}|jax {jax.__version__}"
-  from specsample.kernels import small_k
+  from specsample.kernels import native, small_k
 
   model = platform.processor() or platform.machine()
   try:
@@ -79,7 +81,9 @@ def machine_id() -> str:
     pass
   isa = small_k.instruction_set() if small_k.kernel_available() else None
   integer = small_k.integer_instruction_set() if isa else None
-  return f"{model}|{isa or 'xla'}/{integer or '-'}|{os.cpu_count()} cores|jax {jax.__version__}"
+  build = f"kernels {native.build_id()}" if isa else "no kernels"
+  cores = f"{os.cpu_count()} cores"
+  return f"{model}|{isa or 'xla'}/{integer or '-'}|{build}|{cores}|jax {jax.__version__}"
 
 
 def cache_path() -> pathlib.Path:

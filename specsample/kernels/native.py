@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import os
 
 EXTENSION = "specsample.kernels._small_k_matmul"
 
@@ -35,6 +36,16 @@ def library() -> ctypes.CDLL:
   if isinstance(loaded, str):
     raise NativeUnavailable(loaded)
   return loaded
+
+
+def build_id() -> str:
+  """The built extension, named by its file's size and modification time (every build,
+  as a new version's install makes, gives another), or "none" where it was not built."""
+  spec = importlib.util.find_spec(EXTENSION)
+  if spec is None or spec.origin is None:
+    return "none"
+  stat = os.stat(spec.origin)
+  return f"{stat.st_size}-{stat.st_mtime_ns}"
 
 
 def out_of_date() -> str:
