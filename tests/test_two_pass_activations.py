@@ -128,3 +128,20 @@ def test_a_gguf_model_with_activations_in_two_passes(tmp_path):
   assert speculative_generate(two, draft, prompts, gamma=3, **common).sequences() == plain
   with pytest.raises(ValueError, match="activations='int8x2' needs gguf_blocks=True"):
     load_model(path, activations="int8x2")
+
+
+def test_accelerators_lower_the_two_pass_layer_to_xla(tmp_path):
+  """The fused layer's own fallback (`decoder_layer`: other platforms) traces with two
+  passes: lowered for a TPU, the step has no custom call of ours; for the CPU, it has."""
+  path = tmp_path / "tiny.gguf"
+  write_tiny(path, Q.Q4_1, s=LARGE, seed=5)
+  model = load_model(path, gguf_blocks=True, activations="int8x2")
+  prompts = jnp.ones((1, 6), jnp.int32)
+  state, _ = model.init_state(prompts, jnp.full((1,), 6, jnp.int32), 16)
+  step = jax.jit(
+    lambda model, state, tokens: model.extend(state, tokens, jnp.zeros((1,), jnp.int32))
+  )
+  tokens = jnp.ones((1, 3), jnp.int32)
+  for platform in ("tpu", "cpu"):
+    text = step.trace(model, state, tokens).lower(lowering_platforms=(platform,)).as_text()
+    assert ("specsample_int8" in text) == (platform == "cpu" and small_k.kernel_available())

@@ -94,9 +94,9 @@ def int8_qkv(x, norm_scale, wq, wk, wv, cos, sin, eps: float):
 
   def xla(x, scale, q_, k_, v_, c, s):
     h = _rms_norm(x, scale, eps)
-    q = int8_blocks._xla_matmul(h, dataclasses.replace(wq, packed=q_))
-    k = int8_blocks._xla_matmul(h, dataclasses.replace(wk, packed=k_))
-    v = int8_blocks._xla_matmul(h, dataclasses.replace(wv, packed=v_))
+    q = int8_blocks.xla_matmul(h, dataclasses.replace(wq, packed=q_))
+    k = int8_blocks.xla_matmul(h, dataclasses.replace(wk, packed=k_))
+    v = int8_blocks.xla_matmul(h, dataclasses.replace(wv, packed=v_))
     return [_rotate(q, c, s), _rotate(k, c, s), v]
 
   operands = (
@@ -128,7 +128,7 @@ def int8_attention_mlp(
 
   def xla(x, q, k_, v, a, e, o, n, g, u, dn):
     def product(h, packed, like):
-      return int8_blocks._xla_matmul(h, dataclasses.replace(like, packed=packed))
+      return int8_blocks.xla_matmul(h, dataclasses.replace(like, packed=packed))
 
     heads = q.reshape(batch, k, -1, head_dim)
     context = attention.xla_attention(heads, k_, v, a, scale).reshape(batch, k, -1)

@@ -555,9 +555,10 @@ def uses_kernel(x_dtype) -> bool:
   )
 
 
-def _xla_matmul(x: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:
-  """The same arithmetic up to float32 rounding: dequantized activations times dequantized
-  weights, by XLA."""
+def xla_matmul(x: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:
+  """x @ W.T by XLA's operations (other platforms, no kernel, and the fused layer's own
+  fallback): the same arithmetic up to float32 rounding, dequantized activations (one or
+  two passes) times dequantized weights."""
   *lead, features = x.shape
   blocks_ = x.reshape(*lead, features // 32, 32).astype(jnp.float32)
 
@@ -584,7 +585,7 @@ def _kernel_call(rows: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:
     return call(x, packed, passes=np.int32(matrix.passes))
 
   def xla(x, packed):
-    return _xla_matmul(x, dataclasses.replace(matrix, packed=packed))
+    return xla_matmul(x, dataclasses.replace(matrix, packed=packed))
 
   return jax.lax.platform_dependent(rows, matrix.packed, cpu=kernel, default=xla)
 
@@ -595,7 +596,7 @@ def matmul(x: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:
   if x.shape[-1] != features:
     raise ValueError(f"int8 block matmul: x {x.shape} against a [{out}, {features}] matrix")
   if not uses_kernel(x.dtype):
-    return _xla_matmul(x, matrix)
+    return xla_matmul(x, matrix)
   rows = x.reshape(-1, features)  # [rows, in]
   step = small_k.MAX_ROWS
   parts = [_kernel_call(rows[i : i + step], matrix) for i in range(0, rows.shape[0], step)]
