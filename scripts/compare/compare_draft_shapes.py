@@ -8,7 +8,9 @@ one untimed compiling call each, then --repeats rounds; medians summed over prom
 Trees get the same verified-token budget as the chain: K chains of gamma / K tokens score
 gamma + 1 tokens per target call, as the chain of gamma does. Adaptive drafting gets the
 chain's gamma as its maximum; dynamic trees (--dynamic N ...) score N + 1 tokens per call,
---depth deep. Greedy outputs are checked against plain greedy decoding.
+--depth deep. `--default-chain` adds the default pair's chain (`load_pair()`: SmolLM2's
+feature draft behind prompt lookup, gamma --gamma) to the same rounds, beside the token
+draft's shapes. Greedy outputs are checked against plain greedy decoding.
 
   python scripts/compare/compare_draft_shapes.py --pair smollm2 --gamma 4 --chains 2 4 \
       --num-prompts 8 --stride 5 --max-new-tokens 64 --out docs/bench/draft_shapes/smollm2.json
@@ -58,10 +60,13 @@ def load(pair: str, num_prompts: int, stride: int, weights: str = "float32", loo
   return target, draft, prompts, loaded.title
 
 
-def decoders(target, draft, gamma: int, chains, sampling: SamplingConfig, args):
-  """name -> speculative_generate keywords (None: plain decoding)."""
+def decoders(target, draft, gamma: int, chains, sampling: SamplingConfig, args, default=None):
+  """name -> speculative_generate keywords (None: plain decoding; "models": another pair's
+  (target, draft), `default`'s for "default_chain")."""
   common = dict(gamma=gamma, sampling=sampling, max_new_tokens=args.max_new_tokens)
   shapes = {"autoregressive": None, "chain_token": dict(common, verification="token")}
+  if default is not None:
+    shapes["default_chain"] = dict(common, models=(default.target, default.draft))
   if not sampling.is_greedy:
     shapes["chain_block"] = dict(common, verification="block")
   if not args.no_adaptive:
@@ -78,6 +83,11 @@ def run(args) -> dict:
   target, draft, prompts, description = load(
     args.pair, args.num_prompts, args.stride, args.weights, args.lookup
   )
+  default = None
+  if args.default_chain:
+    from specsample.pairs import load_pair
+
+    default = load_pair(None, None, weights=args.weights)  # the feature draft, behind lookup
   width = max(map(len, prompts))
   rows = [pad_to_width([p], width) for p in prompts]
   results = {
@@ -91,7 +101,7 @@ def run(args) -> dict:
   }
   for temperature in args.temperatures:
     sampling = SamplingConfig(temperature=temperature)
-    shapes = decoders(target, draft, args.gamma, args.chains, sampling, args)
+    shapes = decoders(target, draft, args.gamma, args.chains, sampling, args, default)
     seconds = dict.fromkeys(shapes, 0.0)
     tokens = dict.fromkeys(shapes, 0)
     stats = {name: {"accepted": 0, "iterations": 0, "target_calls": 0} for name in shapes}
@@ -107,9 +117,11 @@ def run(args) -> dict:
             )
           )  # fmt: skip
         else:
+          models = options.get("models", (target, draft))
+          keywords = {key: value for key, value in options.items() if key != "models"}
           calls.append(
-            lambda a=array, n=lengths, i=index, o=options: speculative_generate(
-              target, draft, a, prompt_lengths=n, seed=i, **o
+            lambda a=array, n=lengths, i=index, m=models, o=keywords: speculative_generate(
+              *m, a, prompt_lengths=n, seed=i, **o
             )
           )
       timings, outs = time_calls(calls, repeats=args.repeats, warmup=index == 0)
@@ -168,6 +180,10 @@ def main(argv=None) -> int:
   parser.add_argument(
     "--lookup", action="store_true", help="prompt lookup in front of SmolLM2's draft (no --chains)"
   )
+  parser.add_argument(
+    "--default-chain", action="store_true",
+    help="add the default pair's chain (SmolLM2's feature draft behind prompt lookup)",
+  )  # fmt: skip
   parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
   parser.add_argument("--num-prompts", type=int, default=8)
   parser.add_argument(
