@@ -101,6 +101,14 @@ def test_measured_roofs_are_plausible():
   assert 1e8 < roofs.bandwidth < 1e13 and 1e8 < roofs.arithmetic < 1e15
 
 
+def test_two_activation_passes_halve_the_integer_roof(monkeypatch):
+  monkeypatch.setattr(roofline, "_int8_arithmetic", lambda repeats: 4e11)
+  one = roofline.measure_roofs(megabytes=8, size=128, repeats=1, activations="int8")
+  two = roofline.measure_roofs(megabytes=8, size=128, repeats=1, activations="int8x2")
+  assert (one.arithmetic_kind, two.arithmetic_kind) == ("int8", "int8x2")
+  assert one.arithmetic == 4e11 and two.arithmetic == 2e11
+
+
 def test_bench_reports_rooflines_for_models_that_count_their_weights(tmp_path):
   target = DecoderOnly.init_random(TINY, seed=0)
   draft = DecoderOnly.init_random(dataclasses.replace(TINY, num_layers=1), seed=1)

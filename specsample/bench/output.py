@@ -175,6 +175,7 @@ def phase_table(report: PairReport) -> list[str]:
 _ARITHMETIC = {
   "float32": "GFLOP/s float32",
   "int8": "G operations/s of the 8-bit-activation kernel",
+  "int8x2": "G operations/s of the 8-bit-activation kernel over two passes (half its rate)",
 }
 
 

@@ -35,7 +35,7 @@ from specsample.kernels import small_k
 class Roofs:
   bandwidth: float  # bytes / s, weights streamed through a one-row product
   arithmetic: float  # operations / s: a large square product, or the 8-bit kernel's
-  arithmetic_kind: str = "float32"  # "float32" or "int8" (8-bit activations)
+  arithmetic_kind: str = "float32"  # "float32", "int8" (8-bit activations) or "int8x2"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +93,8 @@ def measure_roofs(
 ) -> Roofs:
   """Bandwidth from one-row products over a float32 matrix of `megabytes`, arithmetic from
   [size, size] x [size, size] float32 products, or with activations="int8" from the 8-bit
-  kernel (medians of `repeats` timed calls)."""
+  kernel ("int8x2": half of it, each activation row taking two rows of integer products;
+  medians of `repeats` timed calls)."""
   d = 4096
   n = max(1, megabytes * 2**20 // (4 * d))
   key_x, key_w, key_a, key_b = jax.random.split(jax.random.key(0), 4)
@@ -104,8 +105,10 @@ def measure_roofs(
   b = jax.random.normal(key_b, (size, size), jnp.float32)
   square, _ = time_call(lambda: jax.block_until_ready(_square(a, b)), repeats=repeats)
   bandwidth = 4 * d * n / stream.median
-  if activations == "int8":
-    return Roofs(bandwidth=bandwidth, arithmetic=_int8_arithmetic(repeats), arithmetic_kind="int8")
+  if activations in ("int8", "int8x2"):
+    passes = 2 if activations == "int8x2" else 1
+    arithmetic = _int8_arithmetic(repeats) / passes
+    return Roofs(bandwidth=bandwidth, arithmetic=arithmetic, arithmetic_kind=activations)
   return Roofs(bandwidth=bandwidth, arithmetic=2 * size**3 / square.median)
 
 
