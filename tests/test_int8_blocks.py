@@ -237,6 +237,19 @@ def _tiny_draft(vocab: int) -> DecoderOnly:
   )  # fmt: skip
 
 
+def speculative_and_plain(model, vocab: int) -> None:
+  """Speculative greedy output (a random tiny draft, gamma 3) equals plain greedy output of
+  the model's arithmetic, on three prompts of different lengths."""
+  draft = _tiny_draft(vocab)
+  rng = np.random.default_rng(7)
+  prompts = jnp.asarray(rng.integers(3, vocab, (3, 8)), jnp.int32)
+  common = dict(
+    prompt_lengths=jnp.asarray([8, 3, 6], jnp.int32), max_new_tokens=20, sampling=GREEDY
+  )
+  plain = generate(model, prompts, **common).sequences()
+  assert speculative_generate(model, draft, prompts, gamma=3, **common).sequences() == plain
+
+
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.Q5_0, Q.Q4_K], ids=lambda q: q.name)
 def test_a_gguf_model_with_8_bit_activations(tmp_path, qtype):
   path = tmp_path / "tiny.gguf"
@@ -285,14 +298,7 @@ def test_8_bit_activations_over_a_bfloat16_cache(tmp_path):
   ours, reference = _logits(model, tokens), _logits(float32_cache, tokens)
   assert not np.array_equal(ours, reference)
   assert np.linalg.norm(ours - reference) < 0.05 * np.linalg.norm(reference)
-  draft = _tiny_draft(LARGE["vocab"])
-  rng = np.random.default_rng(7)
-  prompts = jnp.asarray(rng.integers(3, LARGE["vocab"], (3, 8)), jnp.int32)
-  common = dict(
-    prompt_lengths=jnp.asarray([8, 3, 6], jnp.int32), max_new_tokens=20, sampling=GREEDY
-  )
-  plain = generate(model, prompts, **common).sequences()
-  assert speculative_generate(model, draft, prompts, gamma=3, **common).sequences() == plain
+  speculative_and_plain(model, LARGE["vocab"])
 
 
 def test_the_calibration_key_names_the_cache(tmp_path):

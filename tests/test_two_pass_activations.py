@@ -18,11 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
-from test_block_weights import FORMATS, GREEDY, quantized
+from test_block_weights import FORMATS, quantized
 from test_gguf import LARGE, write_tiny
-from test_int8_blocks import _logits, _tiny_draft, requires_kernel
+from test_int8_blocks import _logits, requires_kernel, speculative_and_plain
 
-from specsample import generate, speculative_generate
 from specsample.checkpoints import load_model
 from specsample.kernels import decoder_layer, int8_blocks, small_k
 from specsample.models.weights import activations
@@ -118,14 +117,7 @@ def test_a_gguf_model_with_activations_in_two_passes(tmp_path):
   error_two = np.linalg.norm(_logits(two, tokens) - reference)
   assert 0 < error_two < error_one / 20
   # Speculative greedy output equals plain greedy output of the two-pass arithmetic.
-  draft = _tiny_draft(LARGE["vocab"])
-  rng = np.random.default_rng(7)
-  prompts = jnp.asarray(rng.integers(3, LARGE["vocab"], (3, 8)), jnp.int32)
-  common = dict(
-    prompt_lengths=jnp.asarray([8, 3, 6], jnp.int32), max_new_tokens=20, sampling=GREEDY
-  )
-  plain = generate(two, prompts, **common).sequences()
-  assert speculative_generate(two, draft, prompts, gamma=3, **common).sequences() == plain
+  speculative_and_plain(two, LARGE["vocab"])
   with pytest.raises(ValueError, match="activations='int8x2' needs gguf_blocks=True"):
     load_model(path, activations="int8x2")
 
