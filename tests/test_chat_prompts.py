@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import random
 import re
+from fractions import Fraction
 
 import pytest
 
-from specsample.data import chat_prompts
+from specsample.data import chat_prompts, task_families
+from specsample.data import task_family_words as words
 from specsample.data.chat_templates import CHAT_TEMPLATES, FILLERS, TASK_TEMPLATES
 
 SMALL = chat_prompts.PromptSources(max_files=25)
@@ -16,6 +19,7 @@ BENCH = os.path.join(
   "specsample", "bundled", "smollm2", "prompts.jsonl",
 )  # fmt: skip
 SLOT = re.compile(r"\{(" + "|".join(FILLERS) + r")\}")
+SPLITS = chat_prompts.SPLITS
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +82,115 @@ def test_the_bundled_bench_prompts_are_held_out():
   assert tasks >= {"chat", "explain_code", "summarize", "rewrite"}
   assert all(chat_prompts.split_of(p.source) == "held_out" for p in prompts)
   assert len({p.prompt for p in prompts}) == len(prompts)
+
+
+# ---------------------------------------------------------------- the task families
+
+NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def test_the_families_leave_the_default_mix_alone(monkeypatch):
+  with_families = {s: chat_prompts.build_prompts(s, 40, seed=11, sources=SMALL) for s in SPLITS}
+  monkeypatch.setattr(task_families, "passage_prompts", lambda item, rng: [])
+  monkeypatch.setattr(task_families, "generated_prompts", lambda seed, keep: iter(()))
+  for split in SPLITS:
+    assert with_families[split] == chat_prompts.build_prompts(split, 40, seed=11, sources=SMALL)
+
+
+def test_every_family_has_train_candidates_and_keeps_its_split(splits):
+  for task in task_families.FAMILY_TASKS:
+    assert len(splits["train"][task]) >= 100, task
+    for split, by_task in splits.items():
+      assert all(chat_prompts.split_of(p.source) == split for p in by_task[task])
+  held_out = {p.source for task in ("math", "reasoning") for p in splits["held_out"][task]}
+  assert held_out, "some problem templates are held out"
+  assert not held_out & {p.source for t in ("math", "reasoning") for p in splits["train"][t]}
+
+
+def test_the_training_mix_covers_every_task_and_category(splits):
+  mix = chat_prompts.TRAINING_MIX
+  assert set(mix) == set(chat_prompts.TASKS) and all(w > 0 for w in mix.values())
+  assert abs(sum(mix.values()) - 1) < 1e-9
+  categories = task_families.SPEC_BENCH_TASKS
+  assert len(categories) == 12 and {t for ts in categories.values() for t in ts} == set(mix)
+  prompts = chat_prompts.build_prompts("train", 500, seed=2, sources=SMALL, weights=mix)
+  assert len(prompts) == len(set(prompts)) == 500
+  assert {p.task for p in prompts} == set(chat_prompts.TASKS)
+
+
+def test_math_problems_are_well_formed():
+  problems = list(task_families.problems("math", seed=0))
+  assert len(problems) >= 5000 and len({p.prompt for p in problems}) == len(problems)
+  for p in problems:
+    assert "{" not in p.prompt and "}" not in p.prompt, p.prompt
+    for number in NUMBER.findall(p.prompt):  # whole numbers only, none absurdly large
+      assert number.isdigit() and int(number) <= 1_000_000, p.prompt
+    if isinstance(p.answer, Fraction):
+      assert p.answer >= 0 and p.answer.denominator <= 144, p
+    else:
+      assert isinstance(p.answer, int) and p.answer >= 0, p
+  # Spot checks: answers match the numbers shown.
+  checked = 0
+  for p in problems:
+    if match := re.fullmatch(r"What is (\d+)% of (\d+)\?", p.prompt):
+      percent, whole = int(match[1]), int(match[2])
+      assert percent * whole == 100 * p.answer
+    elif match := re.fullmatch(r"Solve for x: (\d+)x \+ (\d+) = (\d+)", p.prompt):
+      a, b, c = (int(g) for g in match.groups())
+      assert a * p.answer + b == c
+    elif match := re.fullmatch(r"What is (\d+)/(\d+) \+ (\d+)/(\d+)\? .*", p.prompt):
+      a, b, c, d = (int(g) for g in match.groups())
+      assert Fraction(a, b) + Fraction(c, d) == p.answer
+    else:
+      continue
+    checked += 1
+  assert checked >= 600
+
+
+def test_reasoning_problems_are_well_formed():
+  problems = list(task_families.problems("reasoning", seed=0))
+  assert len(problems) >= 3000 and len({p.prompt for p in problems}) == len(problems)
+  for p in problems:
+    assert "{" not in p.prompt and "}" not in p.prompt and p.prompt[0].isupper(), p.prompt
+  days = list(words.WEEKDAYS)
+  later = re.compile(r"If today is (\w+), .* will it be in (\d+) days\?")
+  checked = 0
+  for p in problems:
+    if match := later.fullmatch(p.prompt):
+      assert days[(days.index(match[1]) + int(match[2])) % 7] == p.answer
+      checked += 1
+  assert checked >= 100
+
+
+def test_no_prompt_has_an_unfilled_slot(splits):
+  quoting = {"extraction", "rag", "explain_code", "docstring", "question", "summarize",
+             "rewrite", "key_points", "error", "translate"}  # fmt: skip
+  for by_task in splits.values():
+    for task, prompts in by_task.items():
+      if task not in quoting:  # generated from templates alone: no brace at all
+        assert all("{" not in p.prompt and "}" not in p.prompt for p in prompts), task
+  # The passage tasks: no brace outside the quoted text (code may hold braces of its own).
+  rng, count = random.Random(0), 0
+  for reader in (chat_prompts.python_items, chat_prompts.man_items, chat_prompts.license_items):
+    for item in reader(SMALL):
+      kind = task_families.passage_kind(item)
+      passage = f"```python\n{item.text}\n```" if kind == "code" else item.text
+      for _, prompt in task_families.passage_prompts(item, rng):
+        assert passage in prompt
+        rest = prompt.replace(passage, "")
+        assert "{" not in rest and "}" not in rest, rest
+        count += 1
+  assert count >= 100
+
+
+def test_the_families_are_deterministic():
+  def held_out(source: str) -> bool:
+    return chat_prompts.split_of(source) == "held_out"
+
+  first = list(task_families.generated_prompts(seed=5, keep=held_out))
+  assert first == list(task_families.generated_prompts(seed=5, keep=held_out))
+  assert first != list(task_families.generated_prompts(seed=6, keep=held_out))
+  # A source's prompts depend on that source and the seed alone, not on the sources around it.
+  source = first[-1][1]
+  alone = list(task_families.generated_prompts(seed=5, keep=lambda name: name == source))
+  assert alone == [row for row in first if row[1] == source]

@@ -14,12 +14,23 @@ model, in varied task templates over real text:
 - license texts (`/usr/share/common-licenses/*`, `/usr/share/doc/*/copyright`):
   summarize, plain words, key points, short questions;
 - general chat questions from templates written here (advice, explanations, comparisons,
-  short writing tasks).
+  short writing tasks);
+- the task families of `task_families`, for Spec-Bench's other categories: "math",
+  "reasoning", "roleplay", "writing", "stem", "humanities" (generated from templates and
+  word lists, problems with seeded numbers), and over the quoted texts above "extraction"
+  (options, names, dates, JSON, a table) and "rag" (answer from the quoted context alone).
 
 Everything is deterministic: files are read in sorted order, and `build_prompts(split,
 seed)` draws from the split with its own seed. The split is by SOURCE (a module, a man
-page, a catalog, a license file, a chat template), from a hash of its name: the held-out
-split (~10%) never shares a source with the train split.
+page, a catalog, a license file, a template, a role, a topic), from a hash of its name:
+the held-out split (~10%) never shares a source with the train split. TASK_WEIGHTS (the
+default) weighs the first nine tasks as it always did; TRAINING_MIX weighs every task about
+as Spec-Bench does (`build_prompts(..., weights=TRAINING_MIX)`).
+
+Licences: the Python standard library (PSF License); man pages and /usr/share/doc copyright
+files (each package's own, mostly GPL, BSD or MIT); gettext catalogs (their packages',
+mostly GPL or LGPL); the license texts themselves; the templates and word lists of this
+repository (Apache-2.0).
 """
 
 from __future__ import annotations
@@ -38,16 +49,28 @@ import textwrap
 import warnings
 from collections.abc import Iterator
 
+from specsample.data import task_families
 from specsample.data.chat_templates import CHAT_TEMPLATES, FILLERS, TASK_TEMPLATES
 from specsample.files import replacing
 
 SPLITS = ("train", "held_out")
 TASKS = ("chat", "explain_code", "docstring", "summarize", "rewrite", "key_points", "question",
-         "error", "translate")  # fmt: skip
-# Share of each task in a drawn set (renormalised over the tasks a split has).
+         "error", "translate") + task_families.FAMILY_TASKS  # fmt: skip
+# Share of each task in a drawn set (renormalised over the tasks a split has). The default
+# mix: the nine quoted-text and chat tasks only, unchanged (benchmarks' prompts depend on it).
 TASK_WEIGHTS = {"chat": 0.2, "explain_code": 0.16, "docstring": 0.07, "summarize": 0.15,
                 "rewrite": 0.12, "key_points": 0.09, "question": 0.09, "error": 0.07,
                 "translate": 0.05}  # fmt: skip
+# The training mix over every task (task_families.SPEC_BENCH_TASKS: which stand for which
+# Spec-Bench category). Spec-Bench's six parts weigh a sixth each (translation,
+# summarization, QA, math, RAG: 80 questions each; MT-bench's eight categories: 10 each);
+# MT-bench's part is raised to ~0.31 here, so that each of its categories gets 3-7% of the
+# prompts rather than ~2% (math: GSM8K's and MT-bench's).
+TRAINING_MIX = {"writing": 0.05, "roleplay": 0.04, "reasoning": 0.04, "explain_code": 0.03,
+                "docstring": 0.015, "question": 0.025, "extraction": 0.03, "stem": 0.04,
+                "humanities": 0.04, "translate": 0.13, "summarize": 0.10, "key_points": 0.03,
+                "rewrite": 0.02, "chat": 0.12, "error": 0.02, "math": 0.14,
+                "rag": 0.13}  # fmt: skip
 # Messages that report a problem (the "error" task); other messages are only translated.
 _ERROR_WORDS = re.compile(
   r"\b(cannot|can't|could not|couldn't|failed|failure|invalid|error|unable|not found|no such|"
@@ -66,7 +89,8 @@ SKIPPED_DIRECTORIES = frozenset(
 class ChatPrompt:
   task: str  # one of TASKS
   prompt: str  # the user message (the chat template is applied when it is used)
-  source: str  # "python:os.py", "man:ls", "gettext:coreutils", "license:GPL-3", "chat:12"
+  source: str  # "python:os.py", "man:ls", "gettext:coreutils", "license:GPL-3", "chat:12",
+  # "math:7", "roleplay:a pirate", "stem:physics:friction" (task_families)
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
@@ -316,10 +340,14 @@ def _prompts_of(item: Item, rng: random.Random) -> list[ChatPrompt]:
 
 def candidates(split: str, sources: PromptSources = PromptSources(), seed: int = 0):
   """Every prompt of the split, by task: {task: [ChatPrompt, ...]} (templates drawn with
-  `seed`)."""
+  `seed`).
+
+  The first nine tasks draw from `rng` exactly as before the task families came; those
+  draw from RNGs of their own, so that the old tasks' prompts stay the same."""
   if split not in SPLITS:
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
   rng = random.Random(seed)
+  passage_rng = random.Random(f"task_families|{seed}")  # extraction and rag
   by_task: dict[str, list[ChatPrompt]] = {task: [] for task in TASKS}
   readers = (python_items, man_items, message_items, license_items)
   for reader in readers:
@@ -327,9 +355,17 @@ def candidates(split: str, sources: PromptSources = PromptSources(), seed: int =
       if split_of(item.source, sources.held_out_percent) == split:
         for prompt in _prompts_of(item, rng):
           by_task[prompt.task].append(prompt)
+        for task, prompt in task_families.passage_prompts(item, passage_rng):
+          by_task[task].append(ChatPrompt(task, prompt, item.source))
   for source, prompt in chat_items():
     if split_of(source, sources.held_out_percent) == split:
       by_task["chat"].append(ChatPrompt("chat", prompt, source))
+
+  def in_split(source: str) -> bool:
+    return split_of(source, sources.held_out_percent) == split
+
+  for task, source, prompt in task_families.generated_prompts(seed, in_split):
+    by_task[task].append(ChatPrompt(task, prompt, source))
   return by_task
 
 
@@ -337,7 +373,8 @@ def build_prompts(
   split: str, count: int, *, seed: int = 0, sources: PromptSources = PromptSources(),
   weights: dict[str, float] | None = None,
 ) -> list[ChatPrompt]:  # fmt: skip
-  """`count` prompts of the split in TASK_WEIGHTS proportions (or `weights`), shuffled.
+  """`count` prompts of the split in TASK_WEIGHTS proportions (or `weights`, e.g.
+  TRAINING_MIX for every task), shuffled.
 
   A task with too few candidates gives what it has (the rest is drawn from the other
   tasks). No prompt appears twice.
