@@ -23,6 +23,8 @@ from specsample.models import DecoderOnly, DecoderOnlyConfig, MarkovLM
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.toy import MarkovFeatureDraft
 from specsample.train import distill_features as df
+from specsample.train.optim import make_optimizer
+from specsample.train.resume import load_training_state, save_training_state
 from specsample.train.target_responses import generate_responses
 
 TARGET = DecoderOnlyConfig(
@@ -334,6 +336,41 @@ def test_training_brings_the_draft_closer_to_the_target(target, draft, tmp_path)
     np.testing.assert_array_equal(
       jax.tree.leaves(trained.params[name]), jax.tree.leaves(draft.params[name])
     )
+
+
+def test_a_run_resumed_from_its_checkpoint_equals_one_uninterrupted_run(target, draft, tmp_path):
+  rng = np.random.default_rng(1)
+  prompts = [rng.integers(2, 96, rng.integers(3, 9)).tolist() for _ in range(12)]
+  responses = generate_responses(target, prompts, max_new_tokens=12, features=True, k=0)
+  sequences = [
+    df.FeatureSequence(tokens=np.asarray(r.prompt + r.tokens, np.int32), features=r.features,
+                       prompt_length=len(r.prompt), task="chat", temperature=0.0, index=i)
+    for i, r in enumerate(responses)
+  ]  # fmt: skip
+  settings = df.FeatureDistillSettings(steps=6, learning_rate=3e-3, warmup_steps=2, log_every=1,
+                                       steps_ahead=2, noise=0.2, seed=4)  # fmt: skip
+  path = str(tmp_path / "checkpoint.npz")
+
+  def save_at_three(model, opt_state, step):
+    if step == 3:
+      save_training_state(path, df.split_frozen(model.params)[0], opt_state, step)
+
+  stream = df.batches(sequences, 128, seed=4, bucket=32)
+  whole, _, whole_log = df.train(draft, lambda: next(stream), settings, checkpoint=save_at_three,
+                                 checkpoint_every=1)  # fmt: skip
+  trainable, frozen = df.split_frozen(draft.params)
+  template = make_optimizer(settings).init(trainable)
+  trainable, opt_state, start = load_training_state(path, trainable, template)
+  assert start == 3
+  resumed_draft = draft.replace(params={**trainable, **frozen})
+  stream = df.batches(sequences, 128, seed=4, bucket=32, start=start)
+  resumed, _, resumed_log = df.train(resumed_draft, lambda: next(stream), settings,
+                                     opt_state=opt_state, start_step=start)  # fmt: skip
+  assert resumed_log == whole_log[3:]
+  for a, b in zip(jax.tree.leaves(resumed.params), jax.tree.leaves(whole.params), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  moved = jax.tree.leaves(df.split_frozen(whole.params)[0])[0]
+  assert not np.array_equal(moved, jax.tree.leaves(df.split_frozen(draft.params)[0])[0])
 
 
 # ---------------------------------------------------------------- the bench

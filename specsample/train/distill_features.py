@@ -104,18 +104,23 @@ def batches(
   tokens_per_batch: int,
   seed: int,
   *,
+  start: int = 0,
   bucket: int = 128,
   prompt_weight: float = 0.5,
 ) -> Iterator[FeatureBatch]:
   """Endless shuffled batches of whole sequences of similar length: lengths rounded up to
-  a multiple of `bucket` (few compiled shapes), about `tokens_per_batch` positions each."""
-  rng = np.random.default_rng(seed)
+  a multiple of `bucket` (few compiled shapes), about `tokens_per_batch` positions each.
+  The batch of training step n (1, 2, ...) is drawn from a generator seeded with (`seed`,
+  n) alone, so a run resumed after step `start` reads what an uninterrupted run would."""
   by_width: dict[int, list[FeatureSequence]] = {}
   for s in sequences:
     by_width.setdefault(-(-len(s.tokens) // bucket) * bucket, []).append(s)
   widths = sorted(by_width)
   counts = np.asarray([len(by_width[w]) * w for w in widths], np.float64)
+  step = start
   while True:
+    step += 1
+    rng = np.random.default_rng([seed, step])
     width = widths[rng.choice(len(widths), p=counts / counts.sum())]
     pool = by_width[width]
     size = max(1, min(len(pool), tokens_per_batch // width))
@@ -215,7 +220,9 @@ def train(
   checkpoint_every: int = 100,
 ) -> tuple[FeatureDraft, object, list[tuple[int, float]]]:
   """Trains the fusing map and layer(s) for `settings.steps` steps (from `start_step`,
-  resuming with `opt_state`). Returns the draft, the optimizer state and the (step, mean
+  resuming with `opt_state` and `next_batch` giving the batches from step `start_step` + 1:
+  `batches(..., start=start_step)`; the run then goes on bit for bit as an uninterrupted
+  one, its noise keyed by the step). Returns the draft, the optimizer state and the (step, mean
   loss) log."""
   config = draft.config
   optimizer = make_optimizer(settings)
@@ -233,10 +240,10 @@ def train(
     return optax.apply_updates(trainable, updates), opt_state, value
 
   opt_state = optimizer.init(trainable) if opt_state is None else opt_state
-  key = jax.random.key(settings.seed + start_step)
+  key = jax.random.key(settings.seed)
   log, window, begin = [], [], time.perf_counter()
   for number in range(start_step + 1, settings.steps + 1):
-    key, step_key = jax.random.split(key)
+    step_key = jax.random.fold_in(key, number)  # a function of the step: resumes exactly
     batch = jax.tree_util.tree_map(jnp.asarray, next_batch())
     trainable, opt_state, value = step(trainable, opt_state, batch, step_key)
     window.append(value)

@@ -254,7 +254,7 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
   finished = os.path.exists(os.path.join(options.work, "train_log.json"))
   previous = read_json(options.previous_log) if options.previous_log else {}
   if start < settings.steps and not finished:
-    stream = df.batches(train, settings.tokens_per_batch, options.seed + start,
+    stream = df.batches(train, settings.tokens_per_batch, options.seed, start=start,
                         prompt_weight=settings.prompt_weight)  # fmt: skip
     begin = time.time()
     with progress_bar() as bar:
