@@ -139,6 +139,19 @@ def test_distillation_raises_agreement_and_keeps_the_embedding(target, prompts, 
   assert spec[1].sequences() == [r.tokens for r in responses[:8]]
 
 
+def test_batches_resumed_after_a_step_are_those_an_uninterrupted_run_reads(responses):
+  ids, _ = dd.choose_output_ids([r.tokens for r in responses], 64, always=[1])
+  table = dd.index_map(ids, TARGET.vocab_size)
+  whole = dd.batches(responses, table, batch_size=8, seed=2, pool=2)
+  first = [next(whole) for _ in range(15)]  # past one pass over the 48 responses (6 batches)
+  resumed = dd.batches(responses, table, batch_size=8, seed=2, pool=2, start=9)
+  for expected in first[9:]:
+    got = next(resumed)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+      np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(first[0].tokens, first[1].tokens)
+
+
 def test_a_draft_from_the_targets_layers(target):
   ids = np.array([1, 4, 9, 20], np.int32)
   draft = dd.draft_from_target(target, [0, 2], ids)

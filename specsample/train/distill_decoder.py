@@ -184,11 +184,14 @@ def make_batch(
 
 def batches(
   examples: Sequence[Response], table: np.ndarray, batch_size: int, seed: int, pool: int = 20,
-  prompt_weight: float = 0.0,
+  prompt_weight: float = 0.0, start: int = 0,
 ) -> Iterator[Batch]:  # fmt: skip
-  """Endless shuffled batches of similar lengths (pools of `pool` batches sorted by length)."""
+  """Endless shuffled batches of similar lengths (pools of `pool` batches sorted by length),
+  from training step `start` + 1 on: the batches an uninterrupted run would read after
+  step `start` (the order's draws are replayed, the skipped batches not built)."""
   rng = np.random.default_rng(seed)
   lengths = np.array([len(e.prompt) + len(e.tokens) for e in examples])
+  skip = start
   while True:
     order = rng.permutation(len(examples))
     groups = []
@@ -197,6 +200,9 @@ def batches(
       chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
       groups += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
     for number in rng.permutation(len(groups)):
+      if skip:
+        skip -= 1
+        continue
       yield make_batch([examples[i] for i in groups[number]], table, prompt_weight=prompt_weight)
 
 
@@ -271,8 +277,10 @@ def distill(
   checkpoint_every: int = 200,
 ) -> tuple[DecoderOnly, object, list[tuple[int, float]]]:
   """Trains every parameter of `draft` but its input embedding (and `output_ids`) for
-  `settings.steps` steps (from `start_step`, resuming with `opt_state`). Returns the
-  draft, the optimizer state and the (step, mean loss) log."""
+  `settings.steps` steps (from `start_step`, resuming with `opt_state` and `next_batch`
+  giving the batches from step `start_step` + 1: `batches(..., start=start_step)`, which
+  goes on as an uninterrupted run would). Returns the draft, the optimizer state and the
+  (step, mean loss) log."""
   config = draft.config
   optimizer = make_optimizer(settings)
   trainable, embedding = split_embedding(draft.params)

@@ -256,8 +256,7 @@ def stage_train(options: TokenDraftOptions, target: DecoderOnly) -> DecoderOnly:
     log(f"train: resuming at step {start}")
   finished = os.path.exists(os.path.join(options.work, "train_log.json"))
   if start < settings.steps and not finished:
-    seed = options.seed + start  # a resumed run draws other batches than the first steps did
-    stream = dd.batches(examples, table, options.batch_size, seed,
+    stream = dd.batches(examples, table, options.batch_size, options.seed, start=start,
                         prompt_weight=options.prompt_weight)  # fmt: skip
     begin = time.time()
     with progress_bar() as bar:
