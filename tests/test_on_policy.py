@@ -12,7 +12,8 @@ from specsample import SamplingConfig, generate
 from specsample.data.chat_prompts import ChatPrompt
 from specsample.decoding import autoregressive
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
-from specsample.train import on_policy
+from specsample.train import distill_features as df
+from specsample.train import on_policy, store_features
 from specsample.train.response_store import (
   ResponseStore,
   Shard,
@@ -21,6 +22,7 @@ from specsample.train.response_store import (
   StoreSettings,
   read_responses,
 )
+from specsample.train.target_responses import read_sequences
 
 TARGET = DecoderOnlyConfig(
   vocab_size=96, d_model=32, num_heads=2, num_kv_heads=1, head_dim=16, mlp_dim=64,
@@ -148,3 +150,26 @@ def test_shards_keep_token_ids_compressed_and_whole(tmp_path):
   with pytest.raises(StoreError, match="uint16"):
     store.append(Shard(("c",), (StoredResponse(0, 0.0, 1, np.asarray([70000])),), 1.0))
   assert store.summary()["response_tokens"] == tokens.size + 3
+
+
+def test_features_are_recomputed_from_the_stored_ids_and_resume_by_shard(target, tmp_path):
+  store = new_store(tmp_path / "store")
+  encoded = [encode(p.prompt) for p in PROMPTS]
+  on_policy.generate_into(target, store, encoded, minutes=10, max_batches=2, shard_minutes=0)
+  directory = str(tmp_path / "features")
+  written, positions, _ = store_features.features_into(target, store, encode, directory,
+                                                       minutes=10)  # fmt: skip
+  assert written == 2
+  sequences = df.read_shards(directory)
+  stored = read_responses(store, encode)
+  assert [s.index for s in sequences] == [s.index for s in stored]
+  assert positions == sum(len(s.features) for s in sequences)
+  for s, r in zip(sequences, stored, strict=True):
+    full = np.concatenate([r.prompt, r.response])
+    np.testing.assert_array_equal(s.tokens, full)
+    assert s.prompt_length == len(r.prompt) and s.temperature == r.temperature
+    _, _, alone = read_sequences(target, [full.tolist()], k=0)  # the sequence read alone
+    np.testing.assert_allclose(s.features, alone[0, : len(full) - 1], rtol=2e-3, atol=2e-3)
+  on_policy.generate_into(target, store, encoded, minutes=10)  # the rest of the plan
+  again, _, _ = store_features.features_into(target, store, encode, directory, minutes=10)
+  assert again == len(store.shard_paths()) - 2  # only the new store shards

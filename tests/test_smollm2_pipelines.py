@@ -270,3 +270,38 @@ def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkey
     pipelines.run_feature_draft(plain)
   with pytest.raises(ValueError, match="layer indices like 2,15"):
     pipelines.run_feature_draft(dataclasses.replace(options, stages="train", feature_layers="low"))
+
+
+@pytest.mark.slow
+def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_path, monkeypatch):
+  """The default stages: features recomputed from the store's ids, then vocab and train."""
+  from specsample.train import on_policy
+  from specsample.train.response_store import ResponseStore, StoreSettings
+
+  tokenizer = Tokenizer()
+  store = ResponseStore(str(tmp_path / "store"))
+  store.open(StoreSettings(target="tiny", target_bytes=1, activations="int8", max_new_tokens=8,
+                           batch_size=8, widths=(32, 64), sampled_every=4, seed=0))  # fmt: skip
+  prompts = write_prompts(str(tmp_path / "prompts"))
+  store.write_prompts(prompts)
+  encoded = [tokenizer.apply_chat_template([{"role": "user", "content": p.prompt}])
+             for p in prompts]  # fmt: skip
+  on_policy.generate_into(target, store, encoded, minutes=10)
+  monkeypatch.setattr(sd, "load_target", lambda *_: (target, tokenizer))
+  work = str(tmp_path / "work")
+  options = fd.FeatureDraftOptions(
+    work=work, bundle=str(tmp_path / "bundle"), stages="features,vocab,train",
+    store=store.root, output_vocab=48, train_steps=2, tokens_per_batch=256,
+  )  # fmt: skip
+  assert fd.DEFAULT_STAGES[0] == "features"
+  pipelines.run_feature_draft(options)
+  train, validation = fd.load_sequences(work)
+  assert sorted(s.index for s in train + validation) == list(range(len(prompts)))
+  assert {s.temperature for s in train + validation} == {0.0, 1.0}  # a temperature per row
+  for s in train + validation:
+    assert s.tokens.tolist()[: s.prompt_length] == encoded[s.index]
+    assert s.features.shape == (len(s.tokens) - 1, TARGET.d_model)
+  assert os.path.exists(os.path.join(work, "train_log.json"))
+  empty = ResponseStore(str(tmp_path / "empty"))
+  with pytest.raises(sd.StageError, match="holds no responses"):
+    pipelines.run_feature_draft(dataclasses.replace(options, store=empty.root))

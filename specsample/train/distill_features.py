@@ -57,6 +57,8 @@ def read_shards(directory: str) -> list[FeatureSequence]:
       shard = {name: stored[name] for name in stored.files}
     starts = np.concatenate([[0], np.cumsum(shard["lengths"])])
     feature_starts = np.concatenate([[0], np.cumsum(shard["lengths"] - 1)])
+    # one temperature per shard (a generation batch) or per row (shards of a response store)
+    temperatures = np.broadcast_to(shard["temperature"], shard["lengths"].shape)
     for row in range(len(shard["lengths"])):
       sequences.append(
         FeatureSequence(
@@ -64,7 +66,7 @@ def read_shards(directory: str) -> list[FeatureSequence]:
           features=shard["features"][feature_starts[row] : feature_starts[row + 1]],
           prompt_length=int(shard["prompt_lengths"][row]),
           task=str(shard["task"][row]),
-          temperature=float(shard["temperature"]),
+          temperature=float(temperatures[row]),
           index=int(shard["index"][row]),
         )
       )

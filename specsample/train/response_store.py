@@ -213,13 +213,16 @@ class TrainingSequence:
   temperature: float
 
 
-def read_responses(store: ResponseStore, encode) -> list[TrainingSequence]:
-  """Every stored response with its prompt's ids (`encode(text)`: the chat-templated ids),
-  in the store's order. StoreError: a prompt's count differs from the stored one."""
-  prompts = store.prompts()
+def read_responses(
+  store: ResponseStore, encode, *, paths: Sequence[str] | None = None, prompts=None
+) -> list[TrainingSequence]:
+  """Every stored response (of the shard files `paths`, default all) with its prompt's ids
+  (`encode(text)`: the chat-templated ids), in the store's order; `prompts`: the store's
+  prompts when already read. StoreError: a prompt's count differs from the stored one."""
+  prompts = store.prompts() if prompts is None else prompts
   sequences = []
-  for shard in store.shards():
-    for r in shard.responses:
+  for path in store.shard_paths() if paths is None else paths:
+    for r in read_shard(path).responses:
       ids = np.asarray(encode(prompts[r.index].prompt), np.int32)
       if len(ids) != r.prompt_tokens:
         raise StoreError(f"prompt {r.index} encodes to {len(ids)} tokens, the store's "

@@ -6,13 +6,19 @@ input) of the committed text and predicts the next feature with one decoder laye
 target's own output rows (for the draft's reduced vocabulary) turn it into logits
 (specsample.models.feature_draft, Li et al. 2024, "EAGLE").
 
-Stages (`FeatureDraftOptions.stages`; each resumes from what `work` already holds):
+Stages (`FeatureDraftOptions.stages`; each resumes from what `work` already holds). The
+training data is either the committed store of on-policy responses (the default):
+  1. features  the target's features at every position of each stored prompt + response,
+               recomputed from the token ids (specsample.train.store_features), one shard
+               per store shard -> work/shards/store-*.npz
+or the work directory's own responses:
   1. prompts   the train prompts of the token-level draft (specsample.data.chat_prompts,
                the train split; the bench prompts come from held-out sources)
                -> work/train_prompts.jsonl
   2. generate  the target's responses (greedy; temperature 1 for every 4th prompt) with its
                features at every position of prompt + response, one shard per batch
                -> work/shards/*.npz
+and then:
   3. vocab     the K most frequent target tokens (+ special tokens) -> work/vocab.json
   4. train     the draft (feature regression + distillation of the target's next-token
                distribution) -> work/checkpoint.npz, work/train_log.json
@@ -36,6 +42,7 @@ from specsample.files import replacing
 from specsample.models import FeatureDraft
 from specsample.models.feature_draft import with_fusion
 from specsample.train import distill_features as df
+from specsample.train.on_policy_stages import DEFAULT_STORE
 from specsample.train.optim import make_optimizer
 from specsample.train.resume import load_training_state, save_training_state
 from specsample.train.smollm2_data import (
@@ -53,7 +60,10 @@ from specsample.train.smollm2_data import (
 )
 from specsample.train.target_responses import Response
 
-STAGES = ("prompts", "generate", "vocab", "train", "export", "card")
+STAGES = ("prompts", "generate", "features", "vocab", "train", "export", "card")
+# The default run trains on the committed store of on-policy responses (prompts and
+# generate make a work directory's own responses instead).
+DEFAULT_STAGES = ("features", "vocab", "train", "export", "card")
 BENCH_REPORTS = (
   "docs/bench/smollm2_feature/report.json",
   "docs/bench/smollm2_feature_alone/report.json",
@@ -66,7 +76,10 @@ class FeatureDraftOptions:
 
   work: str = "out/smollm2_feature_draft"  # the stages' files
   bundle: str = BUNDLE  # where the draft and its card go
-  stages: str = ",".join(STAGES)  # comma-separated
+  stages: str = ",".join(DEFAULT_STAGES)  # comma-separated, of STAGES
+  # the committed response store the features stage reads (on_policy_stages)
+  store: str = DEFAULT_STORE
+  features_minutes: float = 60.0
   seed: int = 0
   # the target's arithmetic for its responses and features: "int8" (GGUF blocks, 8-bit
   # activations: what `specsample generate` runs by default) or "float32"
@@ -172,6 +185,36 @@ def stage_generate(options: FeatureDraftOptions, target, tokenizer) -> None:
   stats["generation_minutes"] = round(stats.get("generation_minutes", 0.0) + minutes, 1)
   with replacing(stats_path) as temporary, open(temporary, "w") as f:
     json.dump(stats, f)
+
+
+def stage_features(options: FeatureDraftOptions, target, tokenizer) -> None:
+  """The target's features of the store's responses (`target`: with the feature layers
+  the draft fuses) -> work/shards/store-*.npz, for `options.features_minutes`."""
+  from specsample.train.response_store import ResponseStore
+  from specsample.train.smollm2_data import encode
+  from specsample.train.store_features import features_into
+
+  store = ResponseStore(options.store)
+  if not store.shard_paths():
+    raise StageError(f"features: {options.store} holds no responses "
+                     "(scripts/train/generate_on_policy.py makes them)")  # fmt: skip
+  kept = store.settings()
+  if kept.activations != options.target_activations:
+    log(f"features: the store's responses are of the {kept.activations} target; its "
+        f"features are read with {options.target_activations}")  # fmt: skip
+  with progress_bar() as bar:
+    task = bar.add_task("target features", total=None)
+
+    def progress(done, total, rate):
+      bar.update(task, completed=done, total=total,
+                 description=f"target features ({rate:.0f} positions/s)")  # fmt: skip
+
+    written, positions, seconds = features_into(
+      target, store, lambda text: encode(tokenizer, text), os.path.join(options.work, "shards"),
+      minutes=options.features_minutes, progress=progress,
+    )  # fmt: skip
+  log(f"features: {written} shards, {positions} positions in {seconds / 60:.1f} min "
+      f"({positions / max(seconds, 1e-9):.0f} positions/s)")  # fmt: skip
 
 
 # ---------------------------------------------------------------- 3. vocab

@@ -50,9 +50,11 @@ def run_feature_draft(options: feature.FeatureDraftOptions) -> None:
   if "prompts" in stages:
     path = os.path.join(options.work, "train_prompts.jsonl")
     data.write_train_prompts(path, tokenizer, options.train_prompts, options.seed)
-  if "generate" in stages:  # the features of the layers the draft will fuse too
-    layers = feature.feature_layers(options)
+  layers = feature.feature_layers(options)  # the generate and features stages read them too
+  if "generate" in stages:
     feature.stage_generate(options, target.with_feature_layers(layers), tokenizer)
+  if "features" in stages:
+    feature.stage_features(options, target.with_feature_layers(layers), tokenizer)
   if "vocab" in stages:
     feature.stage_vocab(options, tokenizer)
   draft = None

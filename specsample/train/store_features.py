@@ -1,0 +1,93 @@
+"""The target's features of the committed responses, recomputed: never stored in the
+repository (they are 1-3 KB a position), rebuilt on the training machine from the token
+ids of a `ResponseStore` by batched teacher-forced passes of the target
+(`target_responses.read_sequences`: the model contract's `init_state` + `extend`).
+
+One feature shard per store shard, in the work directory the feature draft's training
+reads (`distill_features.read_shards`), written atomically: a run cut by its budget
+resumes at the first store shard without its feature shard.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from specsample.train.response_store import ResponseStore, TrainingSequence, read_responses
+from specsample.train.target_responses import read_sequences
+
+
+def read_features(
+  target, sequences: Sequence[TrainingSequence], *, rows: int = 8, width_multiple: int = 64
+) -> list[np.ndarray]:
+  """The target's features at positions 0 .. N - 2 of each prompt + response (N tokens;
+  position j's predicts token j + 1): float16[N - 1, feature size] per sequence. Sequences
+  are read `rows` at a time in order of length, padded to a multiple of `width_multiple`
+  (one compiled program per width)."""
+  full = [np.concatenate([s.prompt, s.response]) for s in sequences]
+  order = sorted(range(len(full)), key=lambda i: len(full[i]))
+  features: list[np.ndarray | None] = [None] * len(full)
+  for start in range(0, len(order), rows):
+    chunk = order[start : start + rows]
+    _, _, read = read_sequences(target, [full[i].tolist() for i in chunk], k=0, rows=rows,
+                                width_multiple=width_multiple)  # fmt: skip
+    for row, i in enumerate(chunk):
+      features[i] = read[row, : len(full[i]) - 1]
+  return features
+
+
+def write_feature_shard(path: str, sequences: Sequence[TrainingSequence], features) -> int:
+  """Sequences and their features in the training shards' format (`distill_features.
+  read_shards`), written atomically. -> positions written."""
+  tokens = [np.concatenate([s.prompt, s.response]).astype(np.int32) for s in sequences]
+  np.savez(
+    path + ".tmp.npz",
+    tokens=np.concatenate(tokens),
+    lengths=np.asarray([len(t) for t in tokens], np.int32),
+    prompt_lengths=np.asarray([len(s.prompt) for s in sequences], np.int32),
+    features=np.concatenate(features),  # float16[sum(N - 1), feature size]
+    index=np.asarray([s.index for s in sequences], np.int32),
+    task=np.asarray([s.task for s in sequences]),
+    temperature=np.asarray([s.temperature for s in sequences], np.float32),
+  )
+  os.replace(path + ".tmp.npz", path)
+  return sum(len(f) for f in features)
+
+
+def features_into(
+  target,
+  store: ResponseStore,
+  encode: Callable[[str], list[int]],
+  directory: str,
+  *,
+  minutes: float,
+  progress: Callable[[int, int, float], None] | None = None,
+) -> tuple[int, int, float]:
+  """Feature shards in `directory` for the store's shards that have none, until `minutes`
+  are spent (a shard is not begun when the last one's time would overrun them).
+  progress(shards done, shards to do, positions per second).
+  -> (shards written, positions, seconds)."""
+  os.makedirs(directory, exist_ok=True)
+
+  def feature_path(store_path: str) -> str:
+    return os.path.join(directory, "store-" + os.path.basename(store_path))
+
+  todo = [p for p in store.shard_paths() if not os.path.exists(feature_path(p))]
+  prompts = store.prompts() if todo else []
+  begin = time.time()
+  deadline, last, written, positions = begin + 60 * minutes, 0.0, 0, 0
+  for path in todo:
+    start = time.time()
+    if start + last > deadline:
+      break
+    sequences = read_responses(store, encode, paths=[path], prompts=prompts)
+    features = read_features(target, sequences)
+    positions += write_feature_shard(feature_path(path), sequences, features)
+    written += 1
+    last = time.time() - start
+    if progress is not None:
+      progress(written, len(todo), positions / (time.time() - begin))
+  return written, positions, time.time() - begin
