@@ -164,6 +164,7 @@ def test_features_are_recomputed_from_the_stored_ids_and_resume_by_shard(target,
   stored = read_responses(store, encode)
   assert [s.index for s in sequences] == [s.index for s in stored]
   assert positions == sum(len(s.features) for s in sequences)
+  assert all(isinstance(s.features, np.memmap) for s in sequences)  # mapped, not read
   for s, r in zip(sequences, stored, strict=True):
     full = np.concatenate([r.prompt, r.response])
     np.testing.assert_array_equal(s.tokens, full)

@@ -49,12 +49,21 @@ class FeatureSequence:
   index: int  # the prompt's index in the train prompts
 
 
+def features_path(shard_path: str) -> str:
+  """Where a shard keeps its features when they are not in its .npz: a .npy beside it,
+  which `read_shards` maps into memory instead of reading (data larger than the RAM)."""
+  return shard_path[: -len(".npz")] + ".features.npy"
+
+
 def read_shards(directory: str) -> list[FeatureSequence]:
-  """Every sequence of the shards in `directory` (*.npz, as the training script writes)."""
+  """Every sequence of the shards in `directory` (*.npz, as the training script writes;
+  features in the .npz, or mapped from the .npy at `features_path`)."""
   sequences = []
   for path in sorted(glob.glob(os.path.join(directory, "*.npz"))):
     with np.load(path) as stored:  # each stored[name] reads the whole array again: once
       shard = {name: stored[name] for name in stored.files}
+    if "features" not in shard:
+      shard["features"] = np.load(features_path(path), mmap_mode="r")
     starts = np.concatenate([[0], np.cumsum(shard["lengths"])])
     feature_starts = np.concatenate([[0], np.cumsum(shard["lengths"] - 1)])
     # one temperature per shard (a generation batch) or per row (shards of a response store)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from specsample.train.distill_features import features_path
 from specsample.train.response_store import ResponseStore, TrainingSequence, read_responses
 from specsample.train.target_responses import read_sequences
 
@@ -41,14 +42,17 @@ def read_features(
 
 def write_feature_shard(path: str, sequences: Sequence[TrainingSequence], features) -> int:
   """Sequences and their features in the training shards' format (`distill_features.
-  read_shards`), written atomically. -> positions written."""
+  read_shards`): the features in a .npy beside the .npz (`features_path`: training maps it
+  into memory), the .npz written last, each atomically. -> positions written."""
   tokens = [np.concatenate([s.prompt, s.response]).astype(np.int32) for s in sequences]
+  temporary = features_path(path)[: -len(".npy")] + ".tmp.npy"
+  np.save(temporary, np.concatenate(features))  # float16[sum(N - 1), feature size]
+  os.replace(temporary, features_path(path))
   np.savez(
     path + ".tmp.npz",
     tokens=np.concatenate(tokens),
     lengths=np.asarray([len(t) for t in tokens], np.int32),
     prompt_lengths=np.asarray([len(s.prompt) for s in sequences], np.int32),
-    features=np.concatenate(features),  # float16[sum(N - 1), feature size]
     index=np.asarray([s.index for s in sequences], np.int32),
     task=np.asarray([s.task for s in sequences]),
     temperature=np.asarray([s.temperature for s in sequences], np.float32),
