@@ -104,7 +104,8 @@ def speculative_generate(
       prompt_lengths=prompt_lengths,
       seed=seed,
     )
-    if not (choice.pays or trace or adaptive or tree):  # plain decoding is faster here
+    tuned = choice.decide(must_speculate=bool(trace or adaptive or tree))
+    if tuned is None:  # plain decoding is faster here
       return generate(
         target,
         prompts,
@@ -114,7 +115,7 @@ def speculative_generate(
         prompt_lengths=prompt_lengths,
         on_tokens=on_tokens,
       )
-    gamma = choice.gamma
+    gamma = tuned
   elif isinstance(gamma, str):
     raise ValueError(f'gamma must be a positive int or "auto", got {gamma!r}')
   settings = SpeculativeSettings.of(

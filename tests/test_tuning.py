@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import jax.numpy as jnp
 import pytest
@@ -101,6 +102,15 @@ def test_auto_decodes_plainly_where_no_gamma_pays(monkeypatch):
   assert traced.stats.gamma >= 1 and traced.trace is not None  # a trace asks for speculation
   synthetic_costs(monkeypatch, target, {k: 1.0 for k in range(1, 10)}, 0.01)
   assert tuning.tune_gamma(target, draft, PROMPTS, sampling=greedy).pays
+
+
+def test_one_auto_policy_speculates_where_it_pays_or_where_the_run_must():
+  losing = tuning.GammaChoice(gamma=2, alpha=0.1, c=0.5, r={2: 2.0}, predicted_speedup={2: 0.6})
+  paying = dataclasses.replace(losing, predicted_speedup={2: 1.5})
+  assert losing.decide() is None and losing.decide(must_speculate=True) == 2
+  assert paying.decide() == 2 and paying.decide(must_speculate=True) == 2
+  unweighed = dataclasses.replace(paying, not_weighed="one prompt")
+  assert unweighed.decide() is None
 
 
 def test_auto_gamma_with_real_timing_returns_a_valid_choice():

@@ -71,6 +71,12 @@ class GammaChoice:
     overhead leaves (`threshold` at the chosen gamma)."""
     return not self.not_weighed and self.predicted_speedup[self.gamma] >= self.threshold
 
+  def decide(self, *, must_speculate: bool = False) -> int | None:
+    """The "auto" policy of the API and the CLI alike: the gamma to speculate with, or
+    None to decode plainly where speculation does not pay, unless the run `must_speculate`
+    (it asks for what plain decoding has not: a trace, a tree, adaptive drafting)."""
+    return self.gamma if self.pays or must_speculate else None
+
   def why_plain(self) -> str:
     """One line: why plain decoding is chosen (when speculation does not pay)."""
     if self.not_weighed:

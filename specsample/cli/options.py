@@ -260,7 +260,7 @@ def tuned_gamma(
   `auto_for_one`), else `default`, and `default` with --trace, --tree or --adaptive; with
   "auto" the gamma tuned here (bench.tuning: a probe of a few prompts, the step costs of
   this machine, kept per `pair_id`; said on stderr), or None where no gamma is predicted to
-  pay (decode plainly)."""
+  pay (decode plainly; `GammaChoice.decide`, the API's policy too)."""
   gamma = args.gamma
   if gamma is None:
     speculative_only = getattr(args, "tree", None) or getattr(args, "adaptive", None)
@@ -284,10 +284,11 @@ def tuned_gamma(
   )
   if not choice.not_weighed:
     print(f"{choice.summary()} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-  if not choice.pays and not args.trace:
+  speculative_only = getattr(args, "tree", None) or getattr(args, "adaptive", None)
+  tuned = choice.decide(must_speculate=bool(args.trace or speculative_only))
+  if tuned is None:
     print(choice.why_plain(), file=sys.stderr)
-    return None
-  return choice.gamma
+  return tuned
 
 
 def read_inputs(texts: list[str], input_file: str | None) -> list[str]:
