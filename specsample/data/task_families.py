@@ -119,16 +119,22 @@ def roleplay_prompts(seed: int = 0, keep: Keep = _everything) -> Iterator[tuple[
         yield source, f"{rng.choice(words.ROLE_OPENERS).format(role=role)} {request}"
 
 
+def _topic_prompts(source, topic, templates, slots, variants, seed) -> Iterator[tuple[str, str]]:
+  """(source, prompt) of each template over one topic, the other slots drawn from `slots`
+  by the source's own RNG."""
+  rng = _source_rng(source, seed)
+  for template in templates:
+    yield from ((source, prompt) for prompt in _fillings(template, {"topic": topic}, slots, rng,
+                                                          variants))  # fmt: skip
+
+
 def writing_prompts(seed: int = 0, keep: Keep = _everything) -> Iterator[tuple[str, str]]:
   """(source, prompt): every template of a writing form over each of its topics."""
   for form, (templates, form_topics) in words.WRITING_FORMS.items():
     for topic in form_topics:
       source = f"writing:{form}:{topic}"
       if keep(source):
-        rng = _source_rng(source, seed)
-        for template in templates:
-          fillings = _fillings(template, {"topic": topic}, _WRITING_SLOTS, rng, WRITING_VARIANTS)
-          yield from ((source, prompt) for prompt in fillings)
+        yield from _topic_prompts(source, topic, templates, _WRITING_SLOTS, WRITING_VARIANTS, seed)
 
 
 def explanation_prompts(
@@ -142,10 +148,7 @@ def explanation_prompts(
     for topic in domain_topics:
       source = f"{task}:{domain}:{topic}"
       if keep(source):
-        rng = _source_rng(source, seed)
-        for template in templates:
-          fillings = _fillings(template, {"topic": topic}, _EXPLAIN_SLOTS, rng, EXPLAIN_VARIANTS)
-          yield from ((source, prompt) for prompt in fillings)
+        yield from _topic_prompts(source, topic, templates, _EXPLAIN_SLOTS, EXPLAIN_VARIANTS, seed)
 
 
 def generated_prompts(seed: int = 0, keep: Keep = _everything) -> Iterator[tuple[str, str, str]]:
