@@ -32,15 +32,22 @@ import random
 import re
 from collections.abc import Callable, Iterator
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from specsample.data import task_family_topics as topics
 from specsample.data import task_family_words as words
 from specsample.data.task_family_math import MATH_TEMPLATES
 from specsample.data.task_family_reasoning import REASONING_TEMPLATES
 
-if TYPE_CHECKING:
-  from specsample.data.chat_prompts import Item
+
+class Passage(Protocol):
+  """What the passage tasks read of a quoted item (`chat_prompts.Item`)."""
+
+  kind: str  # "code", "text", "message"
+  source: str  # "man:ls", "license:GPL-3", "python:os.py", ...
+  text: str
+  name: str
+
 
 FAMILY_TASKS = ("math", "reasoning", "roleplay", "writing", "stem", "humanities", "extraction",
                 "rag")  # fmt: skip
@@ -239,7 +246,7 @@ _COMMON_WORDS = frozenset(
 # fmt: on
 
 
-def passage_kind(item: Item) -> str | None:
+def passage_kind(item: Passage) -> str | None:
   """The kind of quoted text `item` holds: "man", "license" (license and copyright files),
   "docstring", "code", or None (program messages: too short to quote)."""
   if item.kind == "code":
@@ -261,7 +268,7 @@ def _term(text: str, kind: str, rng: random.Random) -> str | None:
   return rng.choice(sorted(terms)) if terms else None
 
 
-def passage_prompts(item: Item, rng: random.Random) -> list[tuple[str, str]]:
+def passage_prompts(item: Passage, rng: random.Random) -> list[tuple[str, str]]:
   """(task, prompt): one "extraction" and one "rag" prompt quoting `item`'s text (code in a
   fence), templates drawn by `rng`; [] for an item that is not a passage."""
   kind = passage_kind(item)
