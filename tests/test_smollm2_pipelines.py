@@ -117,6 +117,20 @@ def test_training_state_round_trips(tmp_path):
     np.testing.assert_array_equal(a, b)
 
 
+def test_a_bfloat16_training_state_reads_back_rounded_into_the_templates_dtypes(tmp_path):
+  trainable = {"a": jnp.asarray([1.0, 1 + 2**-10, -3.3]), "b": jnp.ones((2, 2))}
+  opt_state = optax.adamw(1e-3).init(trainable)
+  path = str(tmp_path / "checkpoint.npz")
+  save_training_state(path, trainable, opt_state, 5, dtype="bfloat16")
+  loaded, loaded_state, step = load_training_state(path, trainable, opt_state)
+  assert step == 5 and loaded["a"].dtype == np.float32
+  np.testing.assert_array_equal(loaded["a"], [1.0, 1.0, -3.296875])  # bfloat16's 8 bits
+  count = jax.tree_util.tree_leaves(loaded_state)[0]  # the step count stays an integer
+  assert count.dtype == np.int32 and int(count) == 0
+  with pytest.raises(ValueError, match="bfloat16"):
+    save_training_state(path, trainable, opt_state, 5, dtype="float16")
+
+
 def test_generation_batches_sample_every_fourth_prompt_and_keep_their_ids():
   prompts = [ChatPrompt("chat", "x" * n, "") for n in range(1, 41)]
   batches = sd.generation_batches(prompts, Tokenizer(), 8, 0, batch_id=lambda t, s: f"{t:g}/{s}")
@@ -200,7 +214,7 @@ def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypat
     card_note="Continues the draft now in somewhere_v1/.",
   )  # fmt: skip
   pipelines.run_feature_draft(options)
-  train, validation = fd.load_sequences(work)
+  train, validation = fd.load_sequences(options)
   assert sorted(s.index for s in train + validation) == list(range(len(prompts)))
   for s in train + validation:
     assert s.features.shape == (len(s.tokens) - 1, TARGET.d_model)
@@ -249,7 +263,7 @@ def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkey
     bench_reports=write_bench_reports(tmp_path),
   )  # fmt: skip
   pipelines.run_feature_draft(options)
-  train, _ = fd.load_sequences(work)
+  train, _ = fd.load_sequences(options)
   assert {s.features.shape[-1] for s in train} == {2 * TARGET.d_model}
   saved = load_feature_draft(os.path.join(bundle, "feature_draft"), target)
   assert saved.config.feature_layers == (0,) and saved.feature_size == 64
@@ -292,16 +306,21 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   options = fd.FeatureDraftOptions(
     work=work, bundle=str(tmp_path / "bundle"), stages="features,vocab,train",
     store=store.root, output_vocab=48, train_steps=2, tokens_per_batch=256,
+    shards=str(tmp_path / "features"), checkpoint_dtype="bfloat16",
   )  # fmt: skip
   assert fd.DEFAULT_STAGES[0] == "features"
   pipelines.run_feature_draft(options)
-  train, validation = fd.load_sequences(work)
+  train, validation = fd.load_sequences(options)
   assert sorted(s.index for s in train + validation) == list(range(len(prompts)))
   assert {s.temperature for s in train + validation} == {0.0, 1.0}  # a temperature per row
   for s in train + validation:
     assert s.tokens.tolist()[: s.prompt_length] == encoded[s.index]
     assert s.features.shape == (len(s.tokens) - 1, TARGET.d_model)
   assert os.path.exists(os.path.join(work, "train_log.json"))
+  assert not os.path.exists(os.path.join(work, "shards"))  # the work directory stays small
+  with np.load(os.path.join(work, "checkpoint.npz")) as saved:
+    rounded = saved["bfloat16_leaves"].tolist()
+    assert rounded and all(saved[f"arr_{i}"].dtype == np.uint16 for i in rounded)
   empty = ResponseStore(str(tmp_path / "empty"))
   with pytest.raises(sd.StageError, match="holds no responses"):
     pipelines.run_feature_draft(dataclasses.replace(options, store=empty.root))

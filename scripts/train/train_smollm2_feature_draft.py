@@ -5,27 +5,28 @@ input) of the committed text and predicts the next feature with one decoder laye
 target's own output rows (for the draft's reduced vocabulary) turn it into logits
 (specsample.models.feature_draft, Li et al. 2024, "EAGLE").
 
-Stages (each resumes from what --work already holds):
-  1. prompts   the train prompts of the token-level draft (specsample.data.chat_prompts,
-               the train split; the bench prompts come from held-out sources)
-               -> work/train_prompts.jsonl
-  2. generate  the target's responses (greedy; temperature 1 for every 4th prompt) with its
-               features at every position of prompt + response, one shard per batch
-               -> work/shards/*.npz
-  3. vocab     the K most frequent target tokens (+ special tokens) -> work/vocab.json
-  4. train     the draft (feature regression + distillation of the target's next-token
-               distribution) -> work/checkpoint.npz, work/train_log.json
-  5. export    float16 draft (no embedding: it shares the target's) -> BUNDLE/feature_draft
-  6. card      metrics.json and MODEL_CARD.md from the training logs (or, where the work
-               directory is gone, the training facts metrics.json already holds), the two
-               bench reports, and alpha by task measured on the bench prompts (~4 min)
+Stages (each resumes from what --work already holds; the default runs the last five):
+  prompts   the train prompts (specsample.data.chat_prompts, the train split)
+            -> work/train_prompts.jsonl         } a work directory's own responses,
+  generate  the target's responses with its     } with features: quick trials
+            features -> work/shards/*.npz       }
+  features  the target's features of the committed response store's ids (--store,
+            made by scripts/train/generate_on_policy.py), recomputed -> --shards
+  vocab     the K most frequent target tokens (+ special tokens) -> work/vocab.json
+  train     the draft (feature regression + distillation of the target's next-token
+            distribution) -> work/checkpoint.npz, work/train_log.json
+  export    float16 draft (no embedding: it shares the target's) -> BUNDLE/feature_draft
+  card      metrics.json and MODEL_CARD.md from the training logs (or, where the work
+            directory is gone, the training facts metrics.json already holds), the two
+            bench reports, and alpha by task measured on the bench prompts (~4 min)
 
 The stages are specsample.train.smollm2_feature_draft (and smollm2_feature_card); this
 script is their command line.
 
   python scripts/train/train_smollm2_feature_draft.py --work out/smollm2_feature_draft
   python scripts/train/train_smollm2_feature_draft.py --work /tmp/tiny --train-prompts 16 \\
-      --generate-minutes 1 --train-minutes 1 --bundle /tmp/tiny/bundle
+      --stages prompts,generate,vocab,train,export --generate-minutes 1 --train-minutes 1 \\
+      --bundle /tmp/tiny/bundle
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ import argparse
 import os
 import sys
 
+from specsample.train.resume import CHECKPOINT_DTYPES
 from specsample.train.smollm2_data import StageError
-from specsample.train.smollm2_feature_draft import FeatureDraftOptions
+from specsample.train.smollm2_feature_draft import STAGES, FeatureDraftOptions
 from specsample.train.smollm2_pipelines import run_feature_draft as run
 
 BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bundled", "smollm2")
@@ -46,7 +48,15 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--work", default=d.work)
   parser.add_argument("--bundle", default=BUNDLE, help="where the draft and its card go")
-  parser.add_argument("--stages", default=d.stages)
+  parser.add_argument("--stages", default=d.stages, help=f"comma-separated, of {','.join(STAGES)}")
+  parser.add_argument("--store", default=d.store,
+                      help="the committed response store the features stage reads")  # fmt: skip
+  parser.add_argument("--features-minutes", type=float, default=d.features_minutes)
+  parser.add_argument("--shards", default=d.shards,
+                      help="the feature shards' directory (default: WORK/shards)")  # fmt: skip
+  parser.add_argument("--checkpoint-dtype", choices=CHECKPOINT_DTYPES,
+                      default=d.checkpoint_dtype,
+                      help="bfloat16: half the size, for a committed --work")  # fmt: skip
   parser.add_argument("--seed", type=int, default=d.seed)
   parser.add_argument(
     "--target-activations",

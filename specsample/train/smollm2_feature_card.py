@@ -71,11 +71,11 @@ def alpha_by_task(target, draft, tokenizer, path: str, gamma: int, max_new_token
   }  # fmt: skip
 
 
-def kept_token_coverage(work: str, output_ids: np.ndarray) -> float:
-  """The share of the work directory's validation response tokens among `output_ids`."""
+def kept_token_coverage(options: FeatureDraftOptions, output_ids: np.ndarray) -> float:
+  """The share of the validation response tokens among `output_ids`."""
   from specsample.train.smollm2_feature_draft import load_sequences
 
-  _, validation = load_sequences(work)
+  _, validation = load_sequences(options)
   held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
   return float(np.isin(held, output_ids).mean())
 
@@ -105,7 +105,7 @@ def training_facts(
   generation = read_json(os.path.join(options.work, "generation.json"))
   continued = {}  # the draft keeps tokens other than the vocabulary stage's
   if output_ids is not None and set(vocab.get("ids", [])) != set(output_ids.tolist()):
-    continued = {"kept_token_coverage": kept_token_coverage(options.work, output_ids)}
+    continued = {"kept_token_coverage": kept_token_coverage(options, output_ids)}
   return {
     "data": {"sequences": train_log.get("sequences"), "positions": train_log.get("positions"),
              "response_tokens": train_log.get("response_tokens"),

@@ -75,6 +75,12 @@ class FeatureDraftOptions:
   """The pipeline's settings: the flags of scripts/train/train_smollm2_feature_draft.py."""
 
   work: str = "out/smollm2_feature_draft"  # the stages' files
+  # the feature shards' directory ("": work/shards): recomputable and large, so kept out
+  # of a work directory that is committed
+  shards: str = ""
+  # "bfloat16": checkpoints half the size (a committed work directory; a resumed run then
+  # goes on from rounded weights and moments), "float32": resumed bit for bit
+  checkpoint_dtype: str = "float32"
   bundle: str = BUNDLE  # where the draft and its card go
   stages: str = ",".join(DEFAULT_STAGES)  # comma-separated, of STAGES
   # the committed response store the features stage reads (on_policy_stages)
@@ -158,7 +164,7 @@ def write_shard(path: str, rows, responses: list[Response], prompts, temperature
 
 def stage_generate(options: FeatureDraftOptions, target, tokenizer) -> None:
   prompts = chat_prompts.read_jsonl(os.path.join(options.work, "train_prompts.jsonl"))
-  directory = os.path.join(options.work, "shards")
+  directory = shard_directory(options)
   os.makedirs(directory, exist_ok=True)
   done = {os.path.basename(p)[: -len(".npz")] for p in glob.glob(os.path.join(directory, "*.npz"))}
   batches = generation_batches(
@@ -210,7 +216,7 @@ def stage_features(options: FeatureDraftOptions, target, tokenizer) -> None:
                  description=f"target features ({rate:.0f} positions/s)")  # fmt: skip
 
     written, positions, seconds = features_into(
-      target, store, lambda text: encode(tokenizer, text), os.path.join(options.work, "shards"),
+      target, store, lambda text: encode(tokenizer, text), shard_directory(options),
       minutes=options.features_minutes, progress=progress,
     )  # fmt: skip
   log(f"features: {written} shards, {positions} positions in {seconds / 60:.1f} min "
@@ -220,9 +226,14 @@ def stage_features(options: FeatureDraftOptions, target, tokenizer) -> None:
 # ---------------------------------------------------------------- 3. vocab
 
 
-def load_sequences(work: str) -> tuple[list[df.FeatureSequence], list[df.FeatureSequence]]:
-  """(train, validation) FeatureSequences of work/shards."""
-  return split_validation(df.read_shards(os.path.join(work, "shards")), lambda s: s.index)
+def shard_directory(options: FeatureDraftOptions) -> str:
+  """Where the feature shards are: `options.shards`, else work/shards."""
+  return options.shards or os.path.join(options.work, "shards")
+
+
+def load_sequences(options: FeatureDraftOptions) -> tuple[list[df.FeatureSequence], list]:
+  """(train, validation) FeatureSequences of the feature shards."""
+  return split_validation(df.read_shards(shard_directory(options)), lambda s: s.index)
 
 
 def stage_vocab(options: FeatureDraftOptions, tokenizer) -> None:
@@ -231,7 +242,7 @@ def stage_vocab(options: FeatureDraftOptions, tokenizer) -> None:
   path = os.path.join(options.work, "vocab.json")
   if os.path.exists(path):
     return
-  train, validation = load_sequences(options.work)
+  train, validation = load_sequences(options)
   responses = [s.tokens[s.prompt_length :] for s in train]
   held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
   ids, coverage, _ = vocab_coverage(responses, held, options.output_vocab, always_kept(tokenizer))
@@ -244,8 +255,10 @@ def stage_vocab(options: FeatureDraftOptions, tokenizer) -> None:
 # ---------------------------------------------------------------- 4. train
 
 
-def save_checkpoint(path: str, draft: FeatureDraft, opt_state, step: int) -> None:
-  save_training_state(path, df.split_frozen(draft.params)[0], opt_state, step)
+def save_checkpoint(
+  path: str, draft: FeatureDraft, opt_state, step: int, dtype: str = "float32"
+) -> None:
+  save_training_state(path, df.split_frozen(draft.params)[0], opt_state, step, dtype)
 
 
 def load_checkpoint(path: str, draft: FeatureDraft, settings: df.FeatureDistillSettings):
@@ -274,7 +287,7 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
       raise StageError(f"train: {options.init_from} fuses the target's layers "
                        f"{draft.config.feature_layers}; --feature-layers: {layers}")  # fmt: skip
   path = os.path.join(options.work, "checkpoint.npz")
-  train, validation = load_sequences(options.work)
+  train, validation = load_sequences(options)
   if train and train[0].features.shape[-1] != draft.feature_size:
     raise StageError(f"train: the shards hold features {train[0].features.shape[-1]} wide, the "
                      f"draft reads {draft.feature_size}: generate them with the same "
@@ -307,7 +320,7 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
         bar.update(task, completed=step, description=f"training (loss {value:.3f})")
 
       def checkpoint(model, opt_state, step):
-        save_checkpoint(path, model, opt_state, step)
+        save_checkpoint(path, model, opt_state, step, options.checkpoint_dtype)
         if step % 100 == 0:
           log(f"train: step {step} validation {df.agreement(model, held, steps=3)}")
 
