@@ -305,8 +305,8 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   work = str(tmp_path / "work")
   options = fd.FeatureDraftOptions(
     work=work, bundle=str(tmp_path / "bundle"), stages="features,vocab,train",
-    store=store.root, output_vocab=48, train_steps=2, tokens_per_batch=256,
-    shards=str(tmp_path / "features"), checkpoint_dtype="bfloat16",
+    store=store.root, output_vocab=48, train_steps=3, tokens_per_batch=256,
+    shards=str(tmp_path / "features"), checkpoint_dtype="bfloat16", train_minutes=1e-6,
   )  # fmt: skip
   assert fd.DEFAULT_STAGES[0] == "features"
   pipelines.run_feature_draft(options)
@@ -316,11 +316,15 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   for s in train + validation:
     assert s.tokens.tolist()[: s.prompt_length] == encoded[s.index]
     assert s.features.shape == (len(s.tokens) - 1, TARGET.d_model)
-  assert os.path.exists(os.path.join(work, "train_log.json"))
+  train_log = sd.read_json(os.path.join(work, "train_log.json"))
+  assert train_log["steps_done"] == 1  # the budget (under a step) ends the run after one
   assert not os.path.exists(os.path.join(work, "shards"))  # the work directory stays small
   with np.load(os.path.join(work, "checkpoint.npz")) as saved:
     rounded = saved["bfloat16_leaves"].tolist()
     assert rounded and all(saved[f"arr_{i}"].dtype == np.uint16 for i in rounded)
+  pipelines.run_feature_draft(dataclasses.replace(options, stages="train", train_minutes=10))
+  train_log = sd.read_json(os.path.join(work, "train_log.json"))  # the next session goes on
+  assert train_log["steps_done"] == 3 and [step for step, _ in train_log["history"]] == [1, 3]
   empty = ResponseStore(str(tmp_path / "empty"))
   with pytest.raises(sd.StageError, match="holds no responses"):
     pipelines.run_feature_draft(dataclasses.replace(options, store=empty.root))

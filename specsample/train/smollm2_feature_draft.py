@@ -307,7 +307,11 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
   if os.path.exists(path):
     draft, opt_state, start = load_checkpoint(path, draft, settings)
     log(f"train: resuming at step {start}")
-  finished = os.path.exists(os.path.join(options.work, "train_log.json"))
+  # A run cut by its time budget logs the steps it reached; the next run goes on from
+  # there (a log without "steps_done", of an earlier version, is a finished run).
+  log_path = os.path.join(options.work, "train_log.json")
+  earlier = read_json(log_path)
+  finished = bool(earlier) and earlier.get("steps_done", settings.steps) >= settings.steps
   previous = read_json(options.previous_log) if options.previous_log else {}
   if start < settings.steps and not finished:
     stream = df.batches(train, settings.tokens_per_batch, options.seed, start=start,
@@ -328,12 +332,11 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
         draft, lambda: next(stream), settings, opt_state=opt_state, start_step=start,
         progress=progress, checkpoint=checkpoint,
       )  # fmt: skip
-    minutes = (time.time() - begin) / 60 + previous.get("minutes", 0.0)
-    with (
-      replacing(os.path.join(options.work, "train_log.json")) as temporary,
-      open(temporary, "w") as f,
-    ):
-      json.dump({"history": history, "minutes": minutes, "sequences": len(train),
+    minutes = (time.time() - begin) / 60 + earlier.get("minutes", previous.get("minutes", 0.0))
+    history = earlier.get("history", []) + [list(entry) for entry in history]
+    with replacing(log_path) as temporary, open(temporary, "w") as f:
+      json.dump({"history": history, "minutes": minutes, "steps_done": history[-1][0],
+                 "sequences": len(train),
                  "positions": positions, "response_tokens": responses,
                  "settings": dataclasses.asdict(options),
                  "command": command_line(options)}, f)  # fmt: skip
