@@ -15,6 +15,7 @@ from typing import TypeVar
 import numpy as np
 
 from specsample.data import chat_prompts
+from specsample.files import replacing
 from specsample.train.distill_decoder import choose_output_ids
 from specsample.train.target_responses import Response, generate_responses
 
@@ -170,6 +171,27 @@ def generate_batches(
   spent = (time.time() - start) / 60
   log(f"generate: {tokens} new response tokens in {spent:.1f} min")
   return tokens, spent
+
+
+# ---------------------------------------------------------------- the training log
+
+
+def earlier_training(work: str, steps: int) -> tuple[dict, bool]:
+  """(work/train_log.json or {}, whether that run reached `steps`). A run cut by its time
+  budget logs the step it reached ("steps_done") and the next run goes on from there; a
+  log without it (an earlier version's) is a finished run."""
+  earlier = read_json(os.path.join(work, "train_log.json"))
+  return earlier, bool(earlier) and earlier.get("steps_done", steps) >= steps
+
+
+def write_training_log(work: str, earlier: dict, history, minutes: float, **facts) -> None:
+  """work/train_log.json: `earlier`'s history and minutes continued by this run's (history:
+  (step, mean loss) pairs), the step reached, and `facts`."""
+  history = earlier.get("history", []) + [list(entry) for entry in history]
+  record = {"history": history, "minutes": earlier.get("minutes", 0.0) + minutes,
+            "steps_done": history[-1][0] if history else 0, **facts}  # fmt: skip
+  with replacing(os.path.join(work, "train_log.json")) as temporary, open(temporary, "w") as f:
+    json.dump(record, f)
 
 
 # ---------------------------------------------------------------- split and vocabulary

@@ -50,6 +50,7 @@ from specsample.train.smollm2_data import (
   StageError,
   agreement_by_task,
   always_kept,
+  earlier_training,
   generate_batches,
   generation_batches,
   log,
@@ -57,6 +58,7 @@ from specsample.train.smollm2_data import (
   read_json,
   split_validation,
   vocab_coverage,
+  write_training_log,
 )
 from specsample.train.target_responses import Response
 
@@ -307,11 +309,7 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
   if os.path.exists(path):
     draft, opt_state, start = load_checkpoint(path, draft, settings)
     log(f"train: resuming at step {start}")
-  # A run cut by its time budget logs the steps it reached; the next run goes on from
-  # there (a log without "steps_done", of an earlier version, is a finished run).
-  log_path = os.path.join(options.work, "train_log.json")
-  earlier = read_json(log_path)
-  finished = bool(earlier) and earlier.get("steps_done", settings.steps) >= settings.steps
+  earlier, finished = earlier_training(options.work, settings.steps)
   previous = read_json(options.previous_log) if options.previous_log else {}
   if start < settings.steps and not finished:
     stream = df.batches(train, settings.tokens_per_batch, options.seed, start=start,
@@ -332,14 +330,12 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
         draft, lambda: next(stream), settings, opt_state=opt_state, start_step=start,
         progress=progress, checkpoint=checkpoint,
       )  # fmt: skip
-    minutes = (time.time() - begin) / 60 + earlier.get("minutes", previous.get("minutes", 0.0))
-    history = earlier.get("history", []) + [list(entry) for entry in history]
-    with replacing(log_path) as temporary, open(temporary, "w") as f:
-      json.dump({"history": history, "minutes": minutes, "steps_done": history[-1][0],
-                 "sequences": len(train),
-                 "positions": positions, "response_tokens": responses,
-                 "settings": dataclasses.asdict(options),
-                 "command": command_line(options)}, f)  # fmt: skip
+    minutes = (time.time() - begin) / 60 + (0.0 if earlier else previous.get("minutes", 0.0))
+    write_training_log(
+      options.work, earlier, history, minutes, sequences=len(train), positions=positions,
+      response_tokens=responses, settings=dataclasses.asdict(options),
+      command=command_line(options),
+    )  # fmt: skip
   scores = agreement_by_task(lambda items: df.agreement(draft, items, steps=3), validation,
                              task=lambda s: s.task)  # fmt: skip
   log(f"train: validation agreement {json.dumps(scores)}")

@@ -34,6 +34,7 @@ from specsample.train.smollm2_data import (
   BUNDLE,
   agreement_by_task,
   always_kept,
+  earlier_training,
   encode,
   generate_batches,
   generation_batches,
@@ -42,6 +43,7 @@ from specsample.train.smollm2_data import (
   read_json,
   split_validation,
   vocab_coverage,
+  write_training_log,
 )
 from specsample.train.target_responses import Response
 
@@ -254,7 +256,7 @@ def stage_train(options: TokenDraftOptions, target: DecoderOnly) -> DecoderOnly:
   if os.path.exists(path):
     draft, opt_state, start = load_checkpoint(path, draft, settings)
     log(f"train: resuming at step {start}")
-  finished = os.path.exists(os.path.join(options.work, "train_log.json"))
+  earlier, finished = earlier_training(options.work, settings.steps)
   if start < settings.steps and not finished:
     stream = dd.batches(examples, table, options.batch_size, options.seed, start=start,
                         prompt_weight=options.prompt_weight)  # fmt: skip
@@ -275,14 +277,10 @@ def stage_train(options: TokenDraftOptions, target: DecoderOnly) -> DecoderOnly:
         draft, lambda: next(stream), settings, opt_state=opt_state, start_step=start,
         progress=progress, checkpoint=checkpoint, checkpoint_every=100,
       )  # fmt: skip
-    minutes = (time.time() - begin) / 60
-    with (
-      replacing(os.path.join(options.work, "train_log.json")) as temporary,
-      open(temporary, "w") as f,
-    ):
-      json.dump({"history": history, "minutes": minutes, "responses": len(examples),
-                 "response_tokens": tokens, "settings": dataclasses.asdict(options)},
-                f)  # fmt: skip
+    write_training_log(
+      options.work, earlier, history, (time.time() - begin) / 60, responses=len(examples),
+      response_tokens=tokens, settings=dataclasses.asdict(options),
+    )  # fmt: skip
   if finished and os.path.exists(os.path.join(options.work, "validation.json")):
     return draft
   scores = agreement_by_task(lambda items: dd.agreement(draft, [r for _, r in items]),
