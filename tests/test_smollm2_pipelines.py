@@ -209,7 +209,8 @@ def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypat
   )
   options = fd.FeatureDraftOptions(
     work=work, bundle=bundle, stages="prompts,generate,vocab,train,export,card",
-    generate_batch=8, max_new_tokens=8, output_vocab=48, train_steps=2, tokens_per_batch=256,
+    features="shards", generate_batch=8, max_new_tokens=8, output_vocab=48, train_steps=2,
+    tokens_per_batch=256,
     bench_prompts=bench_prompts, bench_reports=write_bench_reports(tmp_path),
     card_note="Continues the draft now in somewhere_v1/.",
   )  # fmt: skip
@@ -257,7 +258,8 @@ def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkey
   save_feature_draft(start, tmp_path / "start", dtype="float32")
   options = fd.FeatureDraftOptions(
     work=work, bundle=bundle, stages="prompts,generate,vocab,train,export,card",
-    generate_batch=8, max_new_tokens=8, output_vocab=48, train_steps=2, tokens_per_batch=256,
+    features="shards", generate_batch=8, max_new_tokens=8, output_vocab=48, train_steps=2,
+    tokens_per_batch=256,
     feature_layers="0", init_from=str(tmp_path / "start"), steps_ahead=2,
     bench_prompts=bench_prompts,
     bench_reports=write_bench_reports(tmp_path),
@@ -289,8 +291,9 @@ def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkey
 @pytest.mark.slow
 def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_path, monkeypatch):
   """The default stages: features recomputed from the store's ids, then vocab and train."""
-  from specsample.train import on_policy
+  from specsample.train import on_policy, store_features
   from specsample.train.response_store import ResponseStore, StoreSettings
+  from specsample.train.target_responses import read_sequences
 
   tokenizer = Tokenizer()
   store = ResponseStore(str(tmp_path / "store"))
@@ -304,21 +307,25 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   monkeypatch.setattr(sd, "load_target", lambda *_: (target, tokenizer))
   work = str(tmp_path / "work")
   options = fd.FeatureDraftOptions(
-    work=work, bundle=str(tmp_path / "bundle"), stages="features,vocab,train",
-    store=store.root, output_vocab=48, train_steps=3, tokens_per_batch=256,
-    shards=str(tmp_path / "features"), checkpoint_dtype="bfloat16", train_minutes=1e-6,
+    work=work, bundle=str(tmp_path / "bundle"), stages="vocab,train", store=store.root,
+    output_vocab=48, train_steps=3, tokens_per_batch=256, checkpoint_dtype="bfloat16",
+    train_minutes=1e-6,
   )  # fmt: skip
-  assert fd.DEFAULT_STAGES[0] == "features"
+  assert fd.DEFAULT_STAGES[:2] == ("vocab", "train") and options.features == "live"
   pipelines.run_feature_draft(options)
-  train, validation = fd.load_sequences(options)
+  train, validation = fd.load_sequences(options, tokenizer)
   assert sorted(s.index for s in train + validation) == list(range(len(prompts)))
   assert {s.temperature for s in train + validation} == {0.0, 1.0}  # a temperature per row
   for s in train + validation:
     assert s.tokens.tolist()[: s.prompt_length] == encoded[s.index]
-    assert s.features.shape == (len(s.tokens) - 1, TARGET.d_model)
+    assert s.features is None  # computed when a batch draws the sequence
+  live = store_features.LiveFeatures(target)(train[:3])
+  for s in live:
+    _, _, alone = read_sequences(target, [s.tokens.tolist()], k=0)
+    np.testing.assert_allclose(s.features, alone[0, : len(s.tokens) - 1], rtol=2e-3, atol=2e-3)
   train_log = sd.read_json(os.path.join(work, "train_log.json"))
   assert train_log["steps_done"] == 1  # the budget (under a step) ends the run after one
-  assert not os.path.exists(os.path.join(work, "shards"))  # the work directory stays small
+  assert not os.path.exists(os.path.join(work, "shards"))  # no features kept
   with np.load(os.path.join(work, "checkpoint.npz")) as saved:
     rounded = saved["bfloat16_leaves"].tolist()
     assert rounded and all(saved[f"arr_{i}"].dtype == np.uint16 for i in rounded)
@@ -328,3 +335,9 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   empty = ResponseStore(str(tmp_path / "empty"))
   with pytest.raises(sd.StageError, match="holds no responses"):
     pipelines.run_feature_draft(dataclasses.replace(options, store=empty.root))
+  shards = dataclasses.replace(options, stages="features", features="shards",
+                               shards=str(tmp_path / "features"))  # fmt: skip
+  pipelines.run_feature_draft(shards)  # the features of every stored response, kept
+  kept, _ = fd.load_sequences(shards)
+  assert {s.index for s in kept} == {s.index for s in train}
+  assert all(s.features.shape == (len(s.tokens) - 1, TARGET.d_model) for s in kept)

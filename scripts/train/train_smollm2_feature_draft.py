@@ -5,16 +5,18 @@ input) of the committed text and predicts the next feature with one decoder laye
 target's own output rows (for the draft's reduced vocabulary) turn it into logits
 (specsample.models.feature_draft, Li et al. 2024, "EAGLE").
 
-Stages (each resumes from what --work already holds; the default runs the last five):
+Stages (each resumes from what --work already holds; the default runs the last four):
   prompts   the train prompts (specsample.data.chat_prompts, the train split)
             -> work/train_prompts.jsonl         } a work directory's own responses,
-  generate  the target's responses with its     } with features: quick trials
-            features -> work/shards/*.npz       }
-  features  the target's features of the committed response store's ids (--store,
-            made by scripts/train/generate_on_policy.py), recomputed -> --shards
+  generate  the target's responses with its     } with features (--features shards):
+            features -> work/shards/*.npz       } quick trials
+  features  the target's features of every response of the committed store (--store,
+            made by scripts/train/generate_on_policy.py) -> --shards (--features shards)
   vocab     the K most frequent target tokens (+ special tokens) -> work/vocab.json
   train     the draft (feature regression + distillation of the target's next-token
-            distribution) -> work/checkpoint.npz, work/train_log.json
+            distribution) -> work/checkpoint.npz, work/train_log.json; with --features
+            live (the default) each batch's features are computed from the store's ids
+            when the batch is drawn
   export    float16 draft (no embedding: it shares the target's) -> BUNDLE/feature_draft
   card      metrics.json and MODEL_CARD.md from the training logs (or, where the work
             directory is gone, the training facts metrics.json already holds), the two
@@ -25,8 +27,8 @@ script is their command line.
 
   python scripts/train/train_smollm2_feature_draft.py --work out/smollm2_feature_draft
   python scripts/train/train_smollm2_feature_draft.py --work /tmp/tiny --train-prompts 16 \\
-      --stages prompts,generate,vocab,train,export --generate-minutes 1 --train-minutes 1 \\
-      --bundle /tmp/tiny/bundle
+      --stages prompts,generate,vocab,train,export --features shards --generate-minutes 1 \\
+      --train-minutes 1 --bundle /tmp/tiny/bundle
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import sys
 
 from specsample.train.resume import CHECKPOINT_DTYPES
 from specsample.train.smollm2_data import StageError
-from specsample.train.smollm2_feature_draft import STAGES, FeatureDraftOptions
+from specsample.train.smollm2_feature_draft import FEATURE_SOURCES, STAGES, FeatureDraftOptions
 from specsample.train.smollm2_pipelines import run_feature_draft as run
 
 BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bundled", "smollm2")
@@ -50,7 +52,10 @@ def main(argv=None) -> int:
   parser.add_argument("--bundle", default=BUNDLE, help="where the draft and its card go")
   parser.add_argument("--stages", default=d.stages, help=f"comma-separated, of {','.join(STAGES)}")
   parser.add_argument("--store", default=d.store,
-                      help="the committed response store the features stage reads")  # fmt: skip
+                      help="the committed response store (vocab, train, features)")  # fmt: skip
+  parser.add_argument("--features", choices=FEATURE_SOURCES, default=d.features,
+                      help="live: the target's features computed for each batch from --store; "
+                      "shards: read from --shards (the features or generate stage)")  # fmt: skip
   parser.add_argument("--features-minutes", type=float, default=d.features_minutes)
   parser.add_argument("--shards", default=d.shards,
                       help="the feature shards' directory (default: WORK/shards)")  # fmt: skip

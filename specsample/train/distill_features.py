@@ -41,8 +41,8 @@ FROZEN = ("embed", "output_embedding", "output_ids")  # parameters training leav
 class FeatureSequence:
   tokens: np.ndarray  # int32[N]: prompt + response
   # float16[N - 1, feature_size]: the target's (its fused layers' outputs, then the final
-  # state), position j's predicts token j + 1
-  features: np.ndarray
+  # state), position j's predicts token j + 1; None until computed (LiveFeatures)
+  features: np.ndarray | None
   prompt_length: int
   task: str
   temperature: float  # the response's sampling temperature (0: greedy)
@@ -118,11 +118,14 @@ def batches(
   start: int = 0,
   bucket: int = 128,
   prompt_weight: float = 0.5,
+  complete: Callable[[list[FeatureSequence]], list[FeatureSequence]] | None = None,
 ) -> Iterator[FeatureBatch]:
   """Endless shuffled batches of whole sequences of similar length: lengths rounded up to
   a multiple of `bucket` (few compiled shapes), about `tokens_per_batch` positions each.
   The batch of training step n (1, 2, ...) is drawn from a generator seeded with (`seed`,
-  n) alone, so a run resumed after step `start` reads what an uninterrupted run would."""
+  n) alone, so a run resumed after step `start` reads what an uninterrupted run would.
+  complete: gives the drawn sequences their features (those read without: features None,
+  `store_features.LiveFeatures`)."""
   by_width: dict[int, list[FeatureSequence]] = {}
   for s in sequences:
     by_width.setdefault(-(-len(s.tokens) // bucket) * bucket, []).append(s)
@@ -136,6 +139,8 @@ def batches(
     pool = by_width[width]
     size = max(1, min(len(pool), tokens_per_batch // width))
     chosen = [pool[i] for i in rng.choice(len(pool), size, replace=False)]
+    if complete is not None:
+      chosen = complete(chosen)
     yield make_batch(chosen, width, prompt_weight=prompt_weight)
 
 

@@ -71,23 +71,27 @@ def alpha_by_task(target, draft, tokenizer, path: str, gamma: int, max_new_token
   }  # fmt: skip
 
 
-def kept_token_coverage(options: FeatureDraftOptions, output_ids: np.ndarray) -> float:
+def kept_token_coverage(options: FeatureDraftOptions, output_ids: np.ndarray, tokenizer) -> float:
   """The share of the validation response tokens among `output_ids`."""
   from specsample.train.smollm2_feature_draft import load_sequences
 
-  _, validation = load_sequences(options)
+  _, validation = load_sequences(options, tokenizer)
   held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
   return float(np.isin(held, output_ids).mean())
 
 
 def training_facts(
-  options: FeatureDraftOptions, directory: str, output_ids: np.ndarray | None = None
+  options: FeatureDraftOptions,
+  directory: str,
+  output_ids: np.ndarray | None = None,
+  tokenizer=None,
 ) -> dict:
   """data / training / validation_agreement from the work directory's logs, or, where
   they are gone, as the draft's metrics.json recorded them (the card is rewritten from
   new bench reports without retraining). output_ids: the draft's kept tokens; where they
   are not the vocabulary stage's (a draft continued from another keeps that one's), the
-  share of validation response tokens they cover joins the data."""
+  share of validation response tokens they cover joins the data (`tokenizer`: the
+  target's, where the validation sequences come from the response store)."""
   log_path = os.path.join(options.work, "train_log.json")
   if not os.path.exists(log_path):
     kept = read_json(os.path.join(directory, "metrics.json"))
@@ -105,7 +109,7 @@ def training_facts(
   generation = read_json(os.path.join(options.work, "generation.json"))
   continued = {}  # the draft keeps tokens other than the vocabulary stage's
   if output_ids is not None and set(vocab.get("ids", [])) != set(output_ids.tolist()):
-    continued = {"kept_token_coverage": kept_token_coverage(options, output_ids)}
+    continued = {"kept_token_coverage": kept_token_coverage(options, output_ids, tokenizer)}
   return {
     "data": {"sequences": train_log.get("sequences"), "positions": train_log.get("positions"),
              "response_tokens": train_log.get("response_tokens"),
@@ -136,7 +140,7 @@ def write_metrics(options: FeatureDraftOptions, draft, target, tokenizer) -> dic
   task on `bench_prompts` and the training facts. -> the metrics."""
   with_lookup, alone = read_bench_reports(options.bench_reports)
   directory = os.path.join(options.bundle, "feature_draft")
-  facts = training_facts(options, directory, np.asarray(draft.params["output_ids"]))
+  facts = training_facts(options, directory, np.asarray(draft.params["output_ids"]), tokenizer)
   gamma = best_point(alone, 0.0)["gamma"]
   log(f"card: alpha by task (gamma {gamma}, {options.bench_prompts})")
   by_task = alpha_by_task(target, draft, tokenizer, options.bench_prompts, gamma,

@@ -7,11 +7,12 @@ target's own output rows (for the draft's reduced vocabulary) turn it into logit
 (specsample.models.feature_draft, Li et al. 2024, "EAGLE").
 
 Stages (`FeatureDraftOptions.stages`; each resumes from what `work` already holds). The
-training data is either the committed store of on-policy responses (the default):
-  1. features  the target's features at every position of each stored prompt + response,
-               recomputed from the token ids (specsample.train.store_features), one shard
-               per store shard -> work/shards/store-*.npz
-or the work directory's own responses:
+training data is either the committed store of on-policy responses (the default,
+`features` "live": each batch's features are computed from the store's ids when it is
+drawn, `store_features.LiveFeatures`; or "shards", after the stage
+  1. features  the target's features of every stored response, one shard per store shard
+               -> shards/store-*.npz)
+or the work directory's own responses (`features` "shards"):
   1. prompts   the train prompts of the token-level draft (specsample.data.chat_prompts,
                the train split; the bench prompts come from held-out sources)
                -> work/train_prompts.jsonl
@@ -65,7 +66,8 @@ from specsample.train.target_responses import Response
 STAGES = ("prompts", "generate", "features", "vocab", "train", "export", "card")
 # The default run trains on the committed store of on-policy responses (prompts and
 # generate make a work directory's own responses instead).
-DEFAULT_STAGES = ("features", "vocab", "train", "export", "card")
+DEFAULT_STAGES = ("vocab", "train", "export", "card")
+FEATURE_SOURCES = ("live", "shards")
 BENCH_REPORTS = (
   "docs/bench/smollm2_feature/report.json",
   "docs/bench/smollm2_feature_alone/report.json",
@@ -85,8 +87,12 @@ class FeatureDraftOptions:
   checkpoint_dtype: str = "float32"
   bundle: str = BUNDLE  # where the draft and its card go
   stages: str = ",".join(DEFAULT_STAGES)  # comma-separated, of STAGES
-  # the committed response store the features stage reads (on_policy_stages)
+  # the committed response store the vocab, train and features stages read
+  # (on_policy_stages)
   store: str = DEFAULT_STORE
+  # where training's features come from: "live": the target's, computed for each batch
+  # from the store's ids; "shards": the feature shards (features or generate stage)
+  features: str = "live"
   features_minutes: float = 60.0
   seed: int = 0
   # the target's arithmetic for its responses and features: "int8" (GGUF blocks, 8-bit
@@ -233,9 +239,24 @@ def shard_directory(options: FeatureDraftOptions) -> str:
   return options.shards or os.path.join(options.work, "shards")
 
 
-def load_sequences(options: FeatureDraftOptions) -> tuple[list[df.FeatureSequence], list]:
-  """(train, validation) FeatureSequences of the feature shards."""
-  return split_validation(df.read_shards(shard_directory(options)), lambda s: s.index)
+def load_sequences(options: FeatureDraftOptions, tokenizer=None) -> tuple[list, list]:
+  """(train, validation) FeatureSequences: of the store (features "live": their features
+  None until a batch draws them; `tokenizer` re-encodes the prompts) or of the shards."""
+  if options.features not in FEATURE_SOURCES:
+    raise StageError(f"features must be one of {FEATURE_SOURCES}, got {options.features!r}")
+  if options.features == "live":
+    from specsample.train.response_store import ResponseStore
+    from specsample.train.smollm2_data import encode
+    from specsample.train.store_features import store_sequences
+
+    store = ResponseStore(options.store)
+    if not store.shard_paths():
+      raise StageError(f"{options.store} holds no responses "
+                       "(scripts/train/generate_on_policy.py makes them)")  # fmt: skip
+    sequences = store_sequences(store, lambda text: encode(tokenizer, text))
+  else:
+    sequences = df.read_shards(shard_directory(options))
+  return split_validation(sequences, lambda s: s.index)
 
 
 def stage_vocab(options: FeatureDraftOptions, tokenizer) -> None:
@@ -244,7 +265,7 @@ def stage_vocab(options: FeatureDraftOptions, tokenizer) -> None:
   path = os.path.join(options.work, "vocab.json")
   if os.path.exists(path):
     return
-  train, validation = load_sequences(options)
+  train, validation = load_sequences(options, tokenizer)
   responses = [s.tokens[s.prompt_length :] for s in train]
   held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
   ids, coverage, _ = vocab_coverage(responses, held, options.output_vocab, always_kept(tokenizer))
@@ -271,7 +292,15 @@ def load_checkpoint(path: str, draft: FeatureDraft, settings: df.FeatureDistillS
   return FeatureDraft(params={**trainable, **frozen}, config=draft.config), opt_state, step
 
 
-def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
+LIVE_VALIDATION = 200  # validation sequences scored at the end with live features
+
+
+def stage_train(
+  options: FeatureDraftOptions, target, tokenizer=None, feature_target=None
+) -> FeatureDraft:
+  """Trains the draft (`target`: float32, its output rows and embedding); with live
+  features, `feature_target` (the target in the store's arithmetic, with the layers the
+  draft fuses) computes each batch's features and `tokenizer` re-encodes the prompts."""
   with open(os.path.join(options.work, "vocab.json")) as f:
     ids = np.asarray(json.load(f)["ids"], np.int32)
   layers = feature_layers(options)
@@ -289,12 +318,18 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
       raise StageError(f"train: {options.init_from} fuses the target's layers "
                        f"{draft.config.feature_layers}; --feature-layers: {layers}")  # fmt: skip
   path = os.path.join(options.work, "checkpoint.npz")
-  train, validation = load_sequences(options)
-  if train and train[0].features.shape[-1] != draft.feature_size:
+  train, validation = load_sequences(options, tokenizer)
+  complete = None
+  if options.features == "live":
+    from specsample.train.store_features import LiveFeatures
+
+    complete = LiveFeatures(feature_target)
+    validation = complete(validation[:LIVE_VALIDATION])
+  if train and train[0].features is not None and train[0].features.shape[-1] != draft.feature_size:
     raise StageError(f"train: the shards hold features {train[0].features.shape[-1]} wide, the "
                      f"draft reads {draft.feature_size}: generate them with the same "
                      "--feature-layers")  # fmt: skip
-  positions = sum(len(s.features) for s in train)
+  positions = sum(len(s.tokens) - 1 for s in train)
   responses = sum(len(s.tokens) - s.prompt_length for s in train)
   log(f"train: {len(train)} sequences ({positions} positions, {responses} response tokens), "
       f"{df.trainable_parameter_count(draft) / 1e6:.2f}M trainable parameters")  # fmt: skip
@@ -313,7 +348,7 @@ def stage_train(options: FeatureDraftOptions, target) -> FeatureDraft:
   previous = read_json(options.previous_log) if options.previous_log else {}
   if start < settings.steps and not finished:
     stream = df.batches(train, settings.tokens_per_batch, options.seed, start=start,
-                        prompt_weight=settings.prompt_weight)  # fmt: skip
+                        prompt_weight=settings.prompt_weight, complete=complete)  # fmt: skip
     begin = time.time()
     with progress_bar() as bar:
       task = bar.add_task("training", total=settings.steps, completed=start)

@@ -61,7 +61,7 @@ def run_feature_draft(options: feature.FeatureDraftOptions) -> None:
   if "train" in stages:  # training reads the target's float32 output rows and embedding
     float32 = options.target_activations == "float32"
     trainer = target if float32 else data.load_target("float32")[0]
-    draft = feature.stage_train(options, trainer)
+    draft = feature.stage_train(options, trainer, tokenizer, target.with_feature_layers(layers))
   if "export" in stages:
     feature.stage_export(options, draft)
   if "card" in stages:

@@ -95,3 +95,43 @@ def features_into(
     if progress is not None:
       progress(written, len(todo), positions / (time.time() - begin))
   return written, positions, time.time() - begin
+
+
+def store_sequences(store: ResponseStore, encode: Callable[[str], list[int]]) -> list:
+  """The store's responses as `distill_features.FeatureSequence`s without features
+  (None): `LiveFeatures` computes them for the sequences a batch draws."""
+  from specsample.train.distill_features import FeatureSequence
+
+  return [
+    FeatureSequence(
+      tokens=np.concatenate([s.prompt, s.response]).astype(np.int32),
+      features=None,
+      prompt_length=len(s.prompt),
+      task=s.task,
+      temperature=s.temperature,
+      index=s.index,
+    )  # fmt: skip
+    for s in read_responses(store, encode)
+  ]
+
+
+class LiveFeatures:
+  """Fills in the target's features of the sequences a training batch draws, when it draws
+  them (`distill_features.batches(..., complete=LiveFeatures(target))`): a teacher-forced
+  pass per batch instead of features of the whole store computed and kept beforehand.
+  Widths are multiples of `width_multiple` and calls of `rows` sequences (few programs)."""
+
+  def __init__(self, target, *, rows: int = 8, width_multiple: int = 128):
+    self.target, self.rows, self.width_multiple = target, rows, width_multiple
+
+  def __call__(self, sequences: Sequence) -> list:
+    import dataclasses
+
+    todo = [s for s in sequences if s.features is None]
+    if not todo:
+      return list(sequences)
+    _, _, read = read_sequences(self.target, [s.tokens.tolist() for s in todo], k=0,
+                                rows=self.rows, width_multiple=self.width_multiple)  # fmt: skip
+    filled = {id(s): dataclasses.replace(s, features=read[i, : len(s.tokens) - 1])
+              for i, s in enumerate(todo)}  # fmt: skip
+    return [filled.get(id(s), s) for s in sequences]
