@@ -3,20 +3,22 @@ repository (they are 1-3 KB a position), rebuilt on the training machine from th
 ids of a `ResponseStore` by batched teacher-forced passes of the target
 (`target_responses.read_sequences`: the model contract's `init_state` + `extend`).
 
-One feature shard per store shard, in the work directory the feature draft's training
-reads (`distill_features.read_shards`), written atomically: a run cut by its budget
-resumes at the first store shard without its feature shard.
+Two ways: `LiveFeatures` computes the features of the sequences a training batch draws,
+when it draws them (the default of the feature draft's training); `features_into` writes
+one feature shard per store shard (`distill_features.read_shards` maps them into memory),
+atomically, so that a run cut by its budget resumes at the first store shard without one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from specsample.train.distill_features import features_path
+from specsample.train.distill_features import FeatureSequence, features_path
 from specsample.train.response_store import ResponseStore, TrainingSequence, read_responses
 from specsample.train.target_responses import read_sequences
 
@@ -97,11 +99,11 @@ def features_into(
   return written, positions, time.time() - begin
 
 
-def store_sequences(store: ResponseStore, encode: Callable[[str], list[int]]) -> list:
-  """The store's responses as `distill_features.FeatureSequence`s without features
-  (None): `LiveFeatures` computes them for the sequences a batch draws."""
-  from specsample.train.distill_features import FeatureSequence
-
+def store_sequences(
+  store: ResponseStore, encode: Callable[[str], list[int]]
+) -> list[FeatureSequence]:
+  """The store's responses as FeatureSequences without features (None): `LiveFeatures`
+  computes them for the sequences a batch draws."""
   return [
     FeatureSequence(
       tokens=np.concatenate([s.prompt, s.response]).astype(np.int32),
@@ -124,9 +126,7 @@ class LiveFeatures:
   def __init__(self, target, *, rows: int = 8, width_multiple: int = 128):
     self.target, self.rows, self.width_multiple = target, rows, width_multiple
 
-  def __call__(self, sequences: Sequence) -> list:
-    import dataclasses
-
+  def __call__(self, sequences: Sequence[FeatureSequence]) -> list[FeatureSequence]:
     todo = [s for s in sequences if s.features is None]
     if not todo:
       return list(sequences)
