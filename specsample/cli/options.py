@@ -262,8 +262,8 @@ def tuned_gamma(
   this machine, kept per `pair_id`; said on stderr), or None where no gamma is predicted to
   pay (decode plainly; `GammaChoice.decide`, the API's policy too)."""
   gamma = args.gamma
+  speculative_only = getattr(args, "tree", None) or getattr(args, "adaptive", None)
   if gamma is None:
-    speculative_only = getattr(args, "tree", None) or getattr(args, "adaptive", None)
     batch = len(prompts) > 1 or auto_for_one
     gamma = "auto" if batch and not (args.trace or speculative_only) else default
   if gamma != "auto":
@@ -284,7 +284,6 @@ def tuned_gamma(
   )
   if not choice.not_weighed:
     print(f"{choice.summary()} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-  speculative_only = getattr(args, "tree", None) or getattr(args, "adaptive", None)
   tuned = choice.decide(must_speculate=bool(args.trace or speculative_only))
   if tuned is None:
     print(choice.why_plain(), file=sys.stderr)
