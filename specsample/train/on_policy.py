@@ -30,6 +30,7 @@ from specsample.train.response_store import (
   StoredResponse,
   StoreSettings,
 )
+from specsample.train.target_responses import right_pad
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +77,7 @@ def batch_key(batch: PlannedBatch, settings: StoreSettings) -> int:
 def generate_batch(target, batch: PlannedBatch, settings: StoreSettings) -> list[StoredResponse]:
   """The target's responses to one planned batch (plain decoding of [batch_size, width])."""
   rows = list(batch.rows) + [batch.rows[0]] * (settings.batch_size - len(batch.rows))
-  prompts = np.full((settings.batch_size, batch.width), target.pad_id, np.int32)
-  for row, (_, ids) in enumerate(rows):
-    prompts[row, : len(ids)] = ids
+  prompts = right_pad([ids for _, ids in rows], batch.width, target.pad_id)
   lengths = np.asarray([len(ids) for _, ids in rows], np.int32)
   output = generate(
     target, prompts, prompt_lengths=lengths, max_new_tokens=settings.max_new_tokens,
