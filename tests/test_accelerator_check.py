@@ -3,27 +3,15 @@ JSON and every number it reports."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import pathlib
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def load_script(name: str):
-  spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[name] = module  # its dataclasses look their module up
-  spec.loader.exec_module(module)
-  return module
+from specsample.bench import accelerator as check
 
 
 def test_accelerator_check_runs_on_cpu_with_tiny_shapes(tmp_path, capsys):
-  check = load_script("accelerator_check")
   out = tmp_path / "check.json"
   argv = ["--tiny", "--batches", "2", "--prompt-length", "8", "--max-new-tokens", "8"]
   argv += ["--repeats", "1"]
@@ -43,7 +31,6 @@ def test_accelerator_check_runs_on_cpu_with_tiny_shapes(tmp_path, capsys):
 
 
 def test_accelerator_check_refuses_to_overwrite(tmp_path):
-  check = load_script("accelerator_check")
   out = tmp_path / "check.json"
   out.write_text("{}")
   with pytest.raises(SystemExit):

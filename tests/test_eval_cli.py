@@ -14,6 +14,8 @@ import sys
 import pytest
 
 from specsample.eval import errors, runner
+from specsample.eval import eval_command as eval_script
+from specsample.eval import miniature_command as miniature_script
 from specsample.eval.errors import ConfigError, MissingExtraError, run_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -35,14 +37,6 @@ def named_missing(line: str, prog: str) -> list[str]:
   return re.split(r", | and ", listed.removesuffix(" is").removesuffix(" are"))
 
 
-def load_script(name: str):
-  spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-eval_script, miniature_script = load_script("eval"), load_script("miniature")
 # ml_collections loads config files with a deprecated importlib call.
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
 
@@ -226,14 +220,23 @@ def test_run_command_lets_bugs_through(error):
     run_command("p", body, lambda: None)
 
 
-# The scripts as commands (their __main__ and exit status): `python -c` hides a module or
-# interrupts the run, then runs the script as __main__.
-PRELUDE = "import runpy, sys; sys.argv = sys.argv[1:]; "
+# The scripts as commands (their __main__ and exit status). A case with a set-up runs the
+# script's module under `python -c`, after hiding a module or making the run interrupt.
 HIDE_SEQIO = "sys.modules['seqio'] = None; "
 INTERRUPT = (
   "import specsample.eval.runner as r; "
   "r.run_eval = lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()); "
 )
+MODULES = {"eval.py": "eval_command", "miniature.py": "miniature_command"}
+
+
+def command_line(setup: str, script: str) -> list[str]:
+  """The command that runs `script` itself, or its module after `setup` (argv as the script's)."""
+  if not setup:
+    return [sys.executable, str(ROOT / "scripts" / script)]
+  module = f"specsample.eval.{MODULES[script]}"
+  code = f"import sys; sys.argv[0] = {script!r}; {setup}from {module} import main; sys.exit(main())"
+  return [sys.executable, "-c", code]
 
 
 @pytest.mark.slow
@@ -247,10 +250,9 @@ INTERRUPT = (
   ],
 )
 def test_scripts_exit_with_one_line(tmp_path, setup, script, args, code, message):
-  command = PRELUDE + setup + "runpy.run_path(sys.argv[0], run_name='__main__')"
   workdir = [f"--config.workdir={tmp_path}"] if script == "eval.py" else ["--out", str(tmp_path)]
   result = subprocess.run(
-    [sys.executable, "-c", command, str(ROOT / "scripts" / script), *args, *workdir],
+    [*command_line(setup, script), *args, *workdir],
     capture_output=True,
     text=True,
     cwd=ROOT,
