@@ -28,11 +28,10 @@ import numpy as np
 
 from specsample.bench.calibration import MAX_GAMMA, Costs, calibrated_costs
 from specsample.bench.costs import interleaved_step_seconds
-from specsample.core.contract import prompt_pad_id
 from specsample.core.sampling import SamplingConfig
 from specsample.core.speedup import best_gamma, theoretical_speedup
 from specsample.decoding import SpeculativeSettings, speculative_decode
-from specsample.decoding.inputs import check_positive_int, prepare_prompts
+from specsample.decoding.inputs import check_positive_int, model_prompts
 
 PROBE_GAMMA = 4  # gamma of the alpha probe run
 PROBE_NEW_TOKENS = 32  # tokens per row of the alpha probe run (at most)
@@ -163,13 +162,7 @@ def tune_gamma(
   every time).
   """
   max_gamma = check_positive_int("max_gamma", max_gamma)
-  padded, lengths = prepare_prompts(
-    prompts,
-    prompt_lengths,
-    vocab_size=target.vocab_size,
-    pad_id=target.pad_id,
-    prompt_pad_id=prompt_pad_id(target),
-  )
+  padded, lengths = model_prompts(target, prompts, prompt_lengths)
   batch = padded.shape[0]
   if batch > MAX_WEIGHED_ROWS_CPU and jax.default_backend() == "cpu":
     why = (

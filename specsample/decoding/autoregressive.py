@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.core.contract import LanguageModel, prompt_pad_id
+from specsample.core.contract import LanguageModel
 from specsample.core.sampling import SamplingConfig, nonfinite_logits
 from specsample.decoding.commit import commit, draw
 from specsample.decoding.inputs import (
@@ -20,7 +20,7 @@ from specsample.decoding.inputs import (
   check_positive_int,
   check_sampling,
   make_key,
-  prepare_prompts,
+  model_prompts,
 )
 from specsample.decoding.outputs import DecodingStats, GenerationOutput, raise_on_nonfinite
 from specsample.decoding.streaming import OnTokens, emit, open_stream
@@ -146,13 +146,7 @@ def generate(
     sampling=check_sampling(sampling),
     stream=on_tokens is not None,
   )
-  prompts, prompt_lengths = prepare_prompts(
-    prompts,
-    prompt_lengths,
-    vocab_size=model.vocab_size,
-    pad_id=model.pad_id,
-    prompt_pad_id=prompt_pad_id(model),
-  )
+  prompts, prompt_lengths = model_prompts(model, prompts, prompt_lengths)
   key = make_key(seed)  # after every input check: a key is a first computation
   if settings.stream:
     with open_stream(on_tokens) as stream_id:

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.core.contract import has_features
+from specsample.core.contract import has_features, prompt_pad_id
 from specsample.core.sampling import SamplingConfig
 
 
@@ -36,6 +36,18 @@ def check_model(role: str, model) -> None:
         f"the {role} model ({type(model).__name__}) lacks `{member}` of the model contract "
         "(specsample.core.contract.LanguageModel)"
       )
+
+
+def model_prompts(model, prompts, prompt_lengths=None) -> tuple[jax.Array, jax.Array]:
+  """`prompts` (and `prompt_lengths`) as prepare_prompts reads them for `model`: checked
+  against its vocabulary, padded with its pad id, its `prompt_pad_id` honoured."""
+  return prepare_prompts(
+    prompts,
+    prompt_lengths,
+    vocab_size=model.vocab_size,
+    pad_id=model.pad_id,
+    prompt_pad_id=prompt_pad_id(model),
+  )
 
 
 def prepare_prompts(

@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.core.contract import LanguageModel, prompt_pad_id
+from specsample.core.contract import LanguageModel
 from specsample.decoding.commit import commit
 from specsample.decoding.counters import LoopCounters
 from specsample.decoding.drafters import make_drafter
-from specsample.decoding.inputs import make_key, prepare_prompts
+from specsample.decoding.inputs import make_key, model_prompts
 from specsample.decoding.outputs import GenerationOutput, SpeculativeTrace, raise_on_nonfinite
 from specsample.decoding.settings import MAX_GAMMA, SpeculativeSettings
 from specsample.decoding.streaming import OnTokens, emit, open_stream
@@ -183,13 +183,7 @@ def speculative_decode(
   if not isinstance(settings, SpeculativeSettings):
     raise TypeError(f"settings must be a SpeculativeSettings, got {type(settings).__name__}")
   settings.check_pair(target, draft)
-  prompts, prompt_lengths = prepare_prompts(
-    prompts,
-    prompt_lengths,
-    vocab_size=target.vocab_size,
-    pad_id=target.pad_id,
-    prompt_pad_id=prompt_pad_id(target),
-  )
+  prompts, prompt_lengths = model_prompts(target, prompts, prompt_lengths)
   key = make_key(seed)  # after every input check: a key is a first computation
   if on_tokens is None and not settings.stream:
     output, nonfinite = speculative_program(target, draft, prompts, prompt_lengths, key, settings)
