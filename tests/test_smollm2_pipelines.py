@@ -19,12 +19,12 @@ from specsample.data.chat_prompts import ChatPrompt, write_jsonl
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.train import distill_decoder as dd
 from specsample.train import distill_features as df
-from specsample.train import smollm2_data as sd
-from specsample.train import smollm2_feature_card as feature_card
-from specsample.train import smollm2_feature_draft as fd
-from specsample.train import smollm2_pipelines as pipelines
-from specsample.train import smollm2_token_draft as td
+from specsample.train import feature_draft_card as feature_card
+from specsample.train import feature_draft_recipe as fd
+from specsample.train import pipeline_data as sd
+from specsample.train import token_draft_recipe as td
 from specsample.train.optim import make_optimizer
+from specsample.train.pipeline import run_pipeline
 from specsample.train.resume import load_training_state, save_training_state
 
 TARGET = DecoderOnlyConfig(
@@ -163,7 +163,7 @@ def test_the_shipped_feature_cards_are_their_metrics_written_out(name):
 def test_the_token_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypatch):
   work, bundle = str(tmp_path / "work"), str(tmp_path / "bundle")
   prompts = write_prompts(work)
-  monkeypatch.setattr(sd, "load_target", lambda: (target, Tokenizer()))
+  monkeypatch.setattr(sd, "load_target", lambda *_: (target, Tokenizer()))
   options = td.TokenDraftOptions(
     work=work, bundle=bundle, stages="prompts,generate,vocab,train,export,card",
     generate_batch=8, max_new_tokens=8, output_vocab=48, layers="1", train_steps=3,
@@ -171,7 +171,7 @@ def test_the_token_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypatch
   )  # fmt: skip
   os.makedirs(bundle)
   open(os.path.join(bundle, "prompts.jsonl"), "w").close()  # no bench prompts to build
-  pipelines.run_token_draft(options)
+  run_pipeline(td.TokenDraftRecipe(options))
   records = td.read_responses(os.path.join(work, "responses.jsonl"))
   assert sorted(r["index"] for r in records) == list(range(len(prompts)))
   assert {r["temperature"] for r in records if r["index"] % 4 == 3} == {1.0}
@@ -214,7 +214,7 @@ def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypat
     bench_prompts=bench_prompts, bench_reports=write_bench_reports(tmp_path),
     card_note="Continues the draft now in somewhere_v1/.",
   )  # fmt: skip
-  pipelines.run_feature_draft(options)
+  run_pipeline(fd.FeatureDraftRecipe(options))
   train, validation = fd.load_sequences(options)
   assert sorted(s.index for s in train + validation) == list(range(len(prompts)))
   for s in train + validation:
@@ -264,7 +264,7 @@ def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkey
     bench_prompts=bench_prompts,
     bench_reports=write_bench_reports(tmp_path),
   )  # fmt: skip
-  pipelines.run_feature_draft(options)
+  run_pipeline(fd.FeatureDraftRecipe(options))
   train, _ = fd.load_sequences(options)
   assert {s.features.shape[-1] for s in train} == {2 * TARGET.d_model}
   saved = load_feature_draft(os.path.join(bundle, "feature_draft"), target)
@@ -283,9 +283,11 @@ def test_the_feature_draft_pipeline_fuses_target_layers(target, tmp_path, monkey
     os.remove(os.path.join(work, "checkpoint.npz"))
   plain = dataclasses.replace(options, stages="train", feature_layers="", init_from=None)
   with pytest.raises(sd.StageError, match="64 wide, the draft reads 32"):
-    pipelines.run_feature_draft(plain)
+    run_pipeline(fd.FeatureDraftRecipe(plain))
   with pytest.raises(ValueError, match="layer indices like 2,15"):
-    pipelines.run_feature_draft(dataclasses.replace(options, stages="train", feature_layers="low"))
+    run_pipeline(
+      fd.FeatureDraftRecipe(dataclasses.replace(options, stages="train", feature_layers="low"))
+    )
 
 
 @pytest.mark.slow
@@ -312,7 +314,7 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
     train_minutes=1e-6,
   )  # fmt: skip
   assert fd.DEFAULT_STAGES[:2] == ("vocab", "train") and options.features == "live"
-  pipelines.run_feature_draft(options)
+  run_pipeline(fd.FeatureDraftRecipe(options))
   train, validation = fd.load_sequences(options, tokenizer)
   assert sorted(s.index for s in train + validation) == list(range(len(prompts)))
   assert {s.temperature for s in train + validation} == {0.0, 1.0}  # a temperature per row
@@ -329,15 +331,40 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   with np.load(os.path.join(work, "checkpoint.npz")) as saved:
     rounded = saved["bfloat16_leaves"].tolist()
     assert rounded and all(saved[f"arr_{i}"].dtype == np.uint16 for i in rounded)
-  pipelines.run_feature_draft(dataclasses.replace(options, stages="train", train_minutes=10))
+  run_pipeline(
+    fd.FeatureDraftRecipe(dataclasses.replace(options, stages="train", train_minutes=10))
+  )
   train_log = sd.read_json(os.path.join(work, "train_log.json"))  # the next session goes on
   assert train_log["steps_done"] == 3 and [step for step, _ in train_log["history"]] == [1, 3]
   empty = ResponseStore(str(tmp_path / "empty"))
   with pytest.raises(sd.StageError, match="holds no responses"):
-    pipelines.run_feature_draft(dataclasses.replace(options, store=empty.root))
+    run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(options, store=empty.root)))
   shards = dataclasses.replace(options, stages="features", features="shards",
                                shards=str(tmp_path / "features"))  # fmt: skip
-  pipelines.run_feature_draft(shards)  # the features of every stored response, kept
+  run_pipeline(fd.FeatureDraftRecipe(shards))  # the features of every stored response, kept
   kept, _ = fd.load_sequences(shards)
   assert {s.index for s in kept} == {s.index for s in train}
   assert all(s.features.shape == (len(s.tokens) - 1, TARGET.d_model) for s in kept)
+
+
+def test_the_pipeline_refuses_unknown_stages_and_an_export_without_training(tmp_path):
+  from specsample.train.pipeline import PipelineRun, chosen_stages
+
+  recipe = fd.FeatureDraftRecipe(fd.FeatureDraftOptions(work=str(tmp_path), stages="train,vocab"))
+  assert chosen_stages(recipe) == ["vocab", "train"]  # the recipe's order, not the flag's
+  for stages in ("train,trian", ",", "features"):
+    token = td.TokenDraftRecipe(td.TokenDraftOptions(work=str(tmp_path), stages=stages))
+    with pytest.raises(sd.StageError, match="the token draft has the stages prompts,generate"):
+      chosen_stages(token)
+  run = PipelineRun(target=None, tokenizer=None, activations="float32")
+  with pytest.raises(sd.StageError, match="export stage takes the draft of the train stage"):
+    recipe.run_stage("export", run)
+
+
+def test_a_target_that_is_not_a_file_is_refused(tmp_path):
+  missing = str(tmp_path / "missing.gguf")
+  with pytest.raises(sd.StageError, match="missing.gguf' is not a file"):
+    sd.load_target("float32", missing)
+  recipe = td.TokenDraftRecipe(td.TokenDraftOptions(work=str(tmp_path / "w"), target=missing))
+  with pytest.raises(sd.StageError, match="is not a file"):
+    run_pipeline(recipe)

@@ -16,8 +16,8 @@ import numpy as np
 
 from specsample.train import distill_features as df
 from specsample.train.on_policy_stages import DEFAULT_STORE
+from specsample.train.pipeline_data import encode, load_target
 from specsample.train.response_store import ResponseStore
-from specsample.train.smollm2_data import encode, load_target
 from specsample.train.store_features import LiveFeatures, store_sequences
 
 

@@ -15,8 +15,8 @@ import argparse
 import sys
 
 from specsample.train.on_policy_stages import OnPolicyOptions, run
+from specsample.train.pipeline_data import StageError
 from specsample.train.response_store import StoreError
-from specsample.train.smollm2_data import StageError
 
 
 def widths(text: str) -> tuple[int, ...]:
@@ -30,6 +30,8 @@ def main(argv=None) -> int:
   d = OnPolicyOptions()
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--store", default=d.store, help="the response store directory")
+  parser.add_argument("--target", default=d.target,
+                      help="the target's GGUF file (default: SmolLM2-135M-Instruct)")  # fmt: skip
   parser.add_argument("--minutes", type=float, default=d.minutes, help="this run's budget")
   parser.add_argument("--prompts", type=int, default=d.prompts,
                       help="prompts to plan when the store is new")  # fmt: skip

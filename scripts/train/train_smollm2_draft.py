@@ -16,7 +16,7 @@ Stages (each resumes from what --work already holds):
                    --out docs/bench/smollm2_draft_alone [BENCH OPTIONS]
                with BENCH OPTIONS as docs/smollm2.md gives them
 
-The stages are specsample.train.smollm2_token_draft (and smollm2_token_card); this script
+The stages are specsample.train.token_draft_recipe (and token_draft_card); this script
 is their command line.
 
   python scripts/train/train_smollm2_draft.py --work out/smollm2_draft
@@ -30,9 +30,9 @@ import argparse
 import os
 import sys
 
-from specsample.train.smollm2_data import StageError
-from specsample.train.smollm2_pipelines import run_token_draft as run
-from specsample.train.smollm2_token_draft import TokenDraftOptions
+from specsample.train.pipeline import run_pipeline
+from specsample.train.pipeline_data import StageError
+from specsample.train.token_draft_recipe import TokenDraftOptions, TokenDraftRecipe
 
 BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bundled", "smollm2")
 
@@ -41,6 +41,8 @@ def main(argv=None) -> int:
   d = TokenDraftOptions()
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--work", default=d.work)
+  parser.add_argument("--target", default=d.target,
+                      help="the target's GGUF file (default: SmolLM2-135M-Instruct)")  # fmt: skip
   parser.add_argument("--bundle", default=BUNDLE, help="where the draft and its card go")
   parser.add_argument("--stages", default=d.stages)
   parser.add_argument("--seed", type=int, default=d.seed)
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
   )
   options = TokenDraftOptions(**vars(parser.parse_args(argv)))
   try:
-    run(options)
+    run_pipeline(TokenDraftRecipe(options))
   except StageError as error:
     sys.exit(str(error))
   return 0

@@ -22,7 +22,7 @@ Stages (each resumes from what --work already holds; the default runs the last f
             directory is gone, the training facts metrics.json already holds), the two
             bench reports, and alpha by task measured on the bench prompts (~4 min)
 
-The stages are specsample.train.smollm2_feature_draft (and smollm2_feature_card); this
+The stages are specsample.train.feature_draft_recipe (and feature_draft_card); this
 script is their command line.
 
   python scripts/train/train_smollm2_feature_draft.py --work out/smollm2_feature_draft
@@ -37,10 +37,15 @@ import argparse
 import os
 import sys
 
+from specsample.train.feature_draft_recipe import (
+  FEATURE_SOURCES,
+  STAGES,
+  FeatureDraftOptions,
+  FeatureDraftRecipe,
+)
+from specsample.train.pipeline import run_pipeline
+from specsample.train.pipeline_data import StageError
 from specsample.train.resume import CHECKPOINT_DTYPES
-from specsample.train.smollm2_data import StageError
-from specsample.train.smollm2_feature_draft import FEATURE_SOURCES, STAGES, FeatureDraftOptions
-from specsample.train.smollm2_pipelines import run_feature_draft as run
 
 BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bundled", "smollm2")
 
@@ -49,6 +54,8 @@ def main(argv=None) -> int:
   d = FeatureDraftOptions()
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--work", default=d.work)
+  parser.add_argument("--target", default=d.target,
+                      help="the target's GGUF file (default: SmolLM2-135M-Instruct)")  # fmt: skip
   parser.add_argument("--bundle", default=BUNDLE, help="where the draft and its card go")
   parser.add_argument("--stages", default=d.stages, help=f"comma-separated, of {','.join(STAGES)}")
   parser.add_argument("--store", default=d.store,
@@ -117,7 +124,7 @@ def main(argv=None) -> int:
   )
   options = FeatureDraftOptions(**vars(parser.parse_args(argv)))
   try:
-    run(options)
+    run_pipeline(FeatureDraftRecipe(options))
   except StageError as error:
     sys.exit(str(error))
   return 0

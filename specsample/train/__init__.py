@@ -4,6 +4,9 @@
 - seq2seq: T5 pairs (cross-entropy, on-policy KL; the bundled English->German models);
 - target_responses: a target's responses, top-k log-probabilities and features;
 - distill_decoder, distill_features: token-level and feature-level (EAGLE) drafts;
-- smollm2_data, smollm2_token_draft / _card, smollm2_feature_draft / _card: the bundled
-  SmolLM2 drafts' pipelines (scripts/train/train_smollm2_draft.py, train_smollm2_feature_draft.py).
+- pipeline: one pipeline of stages on a loaded target, a recipe per draft kind
+  (token_draft_recipe, feature_draft_recipe; their cards *_card; what they share:
+  pipeline_data); scripts/train/train_smollm2_draft.py, train_smollm2_feature_draft.py;
+- response_store, on_policy, on_policy_stages, store_features: the committed store of
+  on-policy responses and the features recomputed from it.
 """

@@ -3,7 +3,7 @@ target's features.
 
 Data: the target's responses to chat prompts with its features at every position of
 prompt + response (`target_responses.generate_responses(features=True)`, written as shards
-by specsample.train.smollm2_feature_draft), read back as `FeatureSequence`s.
+by specsample.train.feature_draft_recipe), read back as `FeatureSequence`s.
 
 Objective, per position j (the draft reads tokens <= j and the target's features < j):
   smooth-L1(predicted feature j, target feature j), averaged over the feature width

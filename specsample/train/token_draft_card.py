@@ -1,17 +1,16 @@
 """The metrics and model card of the bundled token-level SmolLM2 draft (the card stage of
-specsample.train.smollm2_token_draft): the training logs of its work directory and the two
+specsample.train.token_draft_recipe): the training logs of its work directory and the two
 bench reports, as bundle/metrics.json and bundle/MODEL_CARD.md."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING
 
-from specsample.files import replacing
+from specsample.files import write_json, write_text
 from specsample.models.decoder_only import DecoderOnly
 from specsample.train.distill_decoder import parameter_count
-from specsample.train.smollm2_data import (
+from specsample.train.pipeline_data import (
   best_point,
   log,
   measured,
@@ -21,7 +20,7 @@ from specsample.train.smollm2_data import (
 )
 
 if TYPE_CHECKING:
-  from specsample.train.smollm2_token_draft import TokenDraftOptions
+  from specsample.train.token_draft_recipe import TokenDraftOptions
 
 
 def write_metrics(options: TokenDraftOptions, draft: DecoderOnly) -> dict:
@@ -62,11 +61,7 @@ def write_metrics(options: TokenDraftOptions, draft: DecoderOnly) -> dict:
                    "prompt_weight", "train_minutes", "max_new_tokens")}},
     "validation_agreement": validation,
   }  # fmt: skip
-  with (
-    replacing(os.path.join(options.bundle, "metrics.json")) as temporary,
-    open(temporary, "w") as f,
-  ):
-    json.dump(metrics, f, indent=2)
+  write_json(os.path.join(options.bundle, "metrics.json"), metrics, indent=2)
   log(f"metrics -> {os.path.join(options.bundle, 'metrics.json')}")
   return metrics
 
@@ -159,8 +154,4 @@ responses, by task:
 
 def write_card(options: TokenDraftOptions, metrics: dict) -> None:
   """bundle/MODEL_CARD.md."""
-  with (
-    replacing(os.path.join(options.bundle, "MODEL_CARD.md")) as temporary,
-    open(temporary, "w") as f,
-  ):
-    f.write(card_text(metrics))
+  write_text(os.path.join(options.bundle, "MODEL_CARD.md"), card_text(metrics))

@@ -1,12 +1,11 @@
 """The metrics and model card of the bundled feature-level SmolLM2 draft (the card stage of
-specsample.train.smollm2_feature_draft): the two bench reports, alpha by task measured on
+specsample.train.feature_draft_recipe): the two bench reports, alpha by task measured on
 the bench prompts (~4 min), and the training logs of the work directory (or, where it is
 gone, the training facts metrics.json already holds), as bundle/feature_draft/metrics.json
 and MODEL_CARD.md."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING
 
@@ -14,8 +13,8 @@ import numpy as np
 
 from specsample.core.sampling import SamplingConfig
 from specsample.data import chat_prompts
-from specsample.files import replacing
-from specsample.train.smollm2_data import (
+from specsample.files import write_json, write_text
+from specsample.train.pipeline_data import (
   StageError,
   best_point,
   encode,
@@ -28,7 +27,7 @@ from specsample.train.smollm2_data import (
 from specsample.train.target_responses import right_pad
 
 if TYPE_CHECKING:
-  from specsample.train.smollm2_feature_draft import FeatureDraftOptions
+  from specsample.train.feature_draft_recipe import FeatureDraftOptions
 
 
 def stage_summary(train_log: dict) -> dict:
@@ -73,7 +72,7 @@ def alpha_by_task(target, draft, tokenizer, path: str, gamma: int, max_new_token
 
 def kept_token_coverage(options: FeatureDraftOptions, output_ids: np.ndarray, tokenizer) -> float:
   """The share of the validation response tokens among `output_ids`."""
-  from specsample.train.smollm2_feature_draft import load_sequences
+  from specsample.train.feature_draft_recipe import load_sequences
 
   _, validation = load_sequences(options, tokenizer)
   held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
@@ -167,11 +166,7 @@ def write_metrics(options: FeatureDraftOptions, draft, target, tokenizer) -> dic
                                / 2**20, 1)},
     **facts,
   }  # fmt: skip
-  with (
-    replacing(os.path.join(directory, "metrics.json")) as temporary,
-    open(temporary, "w") as f,
-  ):
-    json.dump(metrics, f, indent=2)
+  write_json(os.path.join(directory, "metrics.json"), metrics, indent=2)
   log(f"metrics -> {os.path.join(directory, 'metrics.json')}")
   return metrics
 
@@ -337,8 +332,4 @@ predictions (teacher-forced tokens; with the cache of a real drafted block):
 
 def write_card(options: FeatureDraftOptions, metrics: dict) -> None:
   """bundle/feature_draft/MODEL_CARD.md."""
-  with (
-    replacing(os.path.join(options.bundle, "feature_draft", "MODEL_CARD.md")) as temporary,
-    open(temporary, "w") as f,
-  ):
-    f.write(card_text(metrics))
+  write_text(os.path.join(options.bundle, "feature_draft", "MODEL_CARD.md"), card_text(metrics))

