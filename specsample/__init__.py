@@ -26,6 +26,7 @@ _EXPORTS = {
   "TokenStream": "specsample.decoding.streaming",
   "generate": "specsample.decoding",
   "load_model": "specsample.checkpoints",
+  "load_pair": "specsample.pairs",
   "load_t5": "specsample.checkpoints",
   "load_tokenizer": "specsample.checkpoints",
   "speculative_generate": "specsample.api",

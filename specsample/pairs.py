@@ -55,9 +55,10 @@ class Pair:
   weights: str  # "float32", "bfloat16" or "gguf"
   activations: str  # "int8", "int8x2" or "float32"
   title: str  # e.g. "SmolLM2-135M-Instruct + bundled:feature draft behind prompt lookup"
-  bundled: bool  # the draft is one of the bundled SmolLM2 drafts
+  bundled: bool  # a bundled draft of SmolLM2's, or a bundled T5 pair
   draft_in_blocks: bool = False  # a token-level draft's matrices kept in Q8_0 blocks
   id: str = ""  # names the pair and its arithmetic (step costs are kept per machine and id)
+  prefix: str = ""  # the text a prompt starts with (a T5 pair's task, "summarize: ")
   stored_weights: str | None = None  # what the target checkpoint stores, where weights were asked
 
   def notes(self) -> list[str]:
@@ -140,6 +141,26 @@ def resolve_activations(activations: str, weights: str) -> str:
   return activations
 
 
+@dataclasses.dataclass(frozen=True)
+class PairSpec:
+  """What `load_pair` takes, as one value (a command line reads its flags into it once)."""
+
+  target: str | None = None
+  draft: str | None = None
+  tokenizer: str | None = None
+  dtype: str = "float32"
+  weights: str = "auto"
+  activations: str = "auto"
+  prompt_lookup: bool | None = None
+  trees: bool = False
+  dynamic_tree: bool = False
+  sharded: bool = False
+
+  def load(self) -> Pair:
+    fields = dataclasses.asdict(self)
+    return load_pair(fields.pop("target"), fields.pop("draft"), **fields)
+
+
 def load_pair(
   target: str | None = None,
   draft: str | None = None,
@@ -156,7 +177,8 @@ def load_pair(
   """Loads a target and its draft (see the module doc for the defaults).
 
   Args:
-    target: a GGUF file, Hugging Face directory or hub id, or T5 checkpoint; None: the
+    target: a GGUF file, Hugging Face directory or hub id, or T5 checkpoint;
+      "bundled:ende" / "bundled:docstrings": a bundled T5 pair (its own draft); None: the
       bundled SmolLM2-135M-Instruct target.
     draft: a checkpoint, a feature draft's directory, "bundled:feature" / "bundled:token"
       (SmolLM2's), "ngram" / "ngram:N" (prompt lookup over n-grams up to N, no model);
@@ -170,6 +192,11 @@ def load_pair(
     dynamic_tree: dynamic trees will be used (a token-level draft; lookup may stay).
     sharded: the models will be placed on a mesh (weights "auto" -> float32).
   """
+  if target is not None and target.startswith("bundled:"):
+    return load_bundled_t5_pair(
+      target, draft, dtype=dtype, weights=weights, activations=activations,
+      prompt_lookup=prompt_lookup, trees=trees, tokenizer=tokenizer,
+    )  # fmt: skip
   target_path = target
   if target_path is None:
     target_path = bundled.smollm2_target_path()
@@ -254,6 +281,54 @@ def load_pair(
     draft_in_blocks=in_blocks,
     id=pair_id,
     stored_weights=None if asked_weights == "auto" else _stored_or_none(target_path),
+  )
+
+
+def load_bundled_t5_pair(
+  spec: str,
+  draft: str | None = None,
+  *,
+  dtype: str = "float32",
+  weights: str = "auto",
+  activations: str = "auto",
+  prompt_lookup: bool | None = None,
+  trees: bool = False,
+  tokenizer: str | None = None,
+) -> Pair:
+  """A bundled T5 pair, "bundled:ende" or "bundled:docstrings" (`load_pair`'s target):
+  float32 matrices, its SentencePiece vocabulary, its task prefix and the gamma its
+  evaluation recommends. It has its own draft (`draft` None); trees of chains and prompt
+  lookup work on it as on any pair, only when asked for."""
+  name = spec.partition(":")[2]
+  if name not in bundled.PAIRS:
+    known = ", ".join(f"bundled:{pair}" for pair in bundled.PAIRS)
+    raise ValueError(f"target {spec!r}: the bundled T5 pairs are {known}")
+  if draft is not None:
+    raise ValueError(f"the bundled pair {spec!r} has its own draft: give no draft")
+  if tokenizer is not None:
+    raise ValueError(f"the bundled pair {spec!r} has its own vocabulary: give no tokenizer")
+  if resolve_weights(weights, None, dtype=dtype, sharded=False) != "float32":
+    raise ValueError(f"the bundled pair {spec!r} has float32 matrices only: drop weights")
+  resolve_activations(activations, "float32")
+  target_model, draft_model, vocabulary = bundled.load_t5_pair(dtype=dtype, name=name)
+  if trees and prompt_lookup:
+    raise ValueError("tree drafts need a draft model of its own: drop prompt lookup")
+  draft_model = with_prompt_lookup(draft_model, target_model, bool(prompt_lookup))
+  title = bundled.TITLES[name]
+  if isinstance(draft_model, LookupThenModel):
+    title += " behind prompt lookup"
+  directory = str(bundled.pair_dir(name))
+  return Pair(
+    target=target_model,
+    draft=draft_model,
+    tokenizer=vocabulary,
+    gamma=bundled.recommended_gamma(DEFAULT_GAMMA, name),
+    weights="float32",
+    activations="float32",
+    title=title,
+    bundled=True,
+    id=f"{spec} {checkpoint_id(directory)} lookup {bool(prompt_lookup)} dtype {dtype}",
+    prefix=bundled.TASK_PREFIXES[name],
   )
 
 

@@ -24,7 +24,7 @@ def main(port: str, process_id: str, path: str) -> None:
   jax.distributed.initialize(
     coordinator_address=f"localhost:{port}", num_processes=2, process_id=int(process_id)
   )
-  from t5_helpers import tiny_config
+  from tiny_models import tiny_config
 
   from specsample import SamplingConfig, speculative_generate
   from specsample.models import T5

@@ -14,7 +14,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from t5_helpers import tiny_config
+from tiny_models import tiny_config
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.models import T5, DecoderOnly, DecoderOnlyConfig

@@ -8,7 +8,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_lossless import batched_prompts, fits_per_prompt, make_pair
+from tiny_models import DECODER_CONFIG, T5_CONFIG
+from toy_pairs import (
+  assert_every_prompt_fits,
+  assert_no_prompt_fits,
+  batched_prompts,
+  make_pair,
+  speculative_samples,
+)
 
 from specsample import AdaptiveDraft, SamplingConfig, generate, speculative_generate
 from specsample.decoding import clear_compiled_programs
@@ -28,20 +35,11 @@ CASES = [
 
 
 def _run(rule, temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id, adaptive):
-  target, draft = make_pair(seed=gamma + 10 * order, vocab=6, order=order, eos_id=eos_id)
-  sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-  out = speculative_generate(
-    target,
-    draft,
-    batched_prompts(ROWS_PER_PROMPT),
-    gamma=gamma,
-    max_new_tokens=max_new_tokens,
-    sampling=sampling,
-    verification=rule,
-    seed=99,
-    adaptive=adaptive,
-  )
-  return target, sampling, out
+  return speculative_samples(
+    gamma + 10 * order, ROWS_PER_PROMPT, order=order, eos_id=eos_id, temperature=temperature,
+    top_k=top_k, top_p=top_p, gamma=gamma, max_new_tokens=max_new_tokens, seed=99,
+    verification=rule, adaptive=adaptive,
+  )  # fmt: skip
 
 
 @pytest.mark.slow
@@ -54,8 +52,7 @@ def test_adaptive_draft_length_is_lossless(
   target, sampling, out = _run(
     rule, temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id, adaptive
   )
-  for result in fits_per_prompt(target, np.asarray(out.tokens), max_new_tokens, sampling):
-    assert result.ok, result
+  assert_every_prompt_fits(target, out, max_new_tokens, sampling)
   # Informative: rows stopped early in some iterations and drafted in full in others.
   drafted, iterations = np.asarray(out.stats.drafted), np.asarray(out.stats.iterations)
   assert iterations.sum() < drafted.sum() < gamma * iterations.sum(), (drafted.sum(), gamma)
@@ -79,9 +76,7 @@ def test_a_stopping_rule_that_looks_at_the_proposed_token_fails_the_same_test(mo
     )
   finally:
     clear_compiled_programs(speculative_only=True)
-  fits = fits_per_prompt(target, np.asarray(out.tokens), 3, sampling)
-  assert not any(result.ok for result in fits), fits
-  assert max(result.p_value for result in fits) < 1e-6, fits
+  assert_no_prompt_fits(target, out, 3, sampling)
 
 
 def test_threshold_zero_is_the_fixed_gamma_loop_token_for_token():
@@ -192,27 +187,18 @@ def _greedy_identical(target, draft, prompts, gamma, max_new_tokens):
 
 def test_greedy_identical_on_t5():
   from specsample.models.t5 import T5
-  from specsample.models.t5.config import T5Config
 
-  config = T5Config(
-    vocab_size=40, d_model=32, num_heads=2, head_dim=16, mlp_dim=64,
-    num_encoder_layers=1, num_decoder_layers=2, eos_id=1,
-  )  # fmt: skip
-  target = T5.init_random(config, seed=0)
-  draft = T5.init_random(config.replace(num_decoder_layers=1), seed=1)
+  target = T5.init_random(T5_CONFIG, seed=0)
+  draft = T5.init_random(T5_CONFIG.replace(num_decoder_layers=1), seed=1)
   prompts = [[5, 6, 7, 8, 1], [9, 10, 1], [11, 12, 13, 1], [3, 1]]
   _greedy_identical(target, draft, prompts, gamma=4, max_new_tokens=12)
 
 
 def test_greedy_identical_on_the_decoder_only_model():
-  from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+  from specsample.models.decoder_only import DecoderOnly
 
-  config = DecoderOnlyConfig(
-    vocab_size=48, d_model=32, num_heads=4, num_kv_heads=2, head_dim=8, mlp_dim=64,
-    num_layers=2, eos_id=2,
-  )  # fmt: skip
-  target = DecoderOnly.init_random(config, seed=0)
-  draft = DecoderOnly.init_random(config.replace(num_layers=1), seed=3)
+  target = DecoderOnly.init_random(DECODER_CONFIG, seed=0)
+  draft = DecoderOnly.init_random(DECODER_CONFIG.replace(num_layers=1), seed=3)
   prompts = [[5, 6, 7], [9, 10, 11, 12, 13], [14]]
   _greedy_identical(target, draft, prompts, gamma=5, max_new_tokens=14)
 

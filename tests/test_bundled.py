@@ -7,12 +7,13 @@ import pathlib
 
 import pytest
 
-from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, available, load_pair
+from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, available, pair_dir
 from specsample.cli import main
 from specsample.cli.compare import compare
 from specsample.core import SamplingConfig
 from specsample.data.gettext_pairs import read_tsv
 from specsample.decoding import SpeculativeSettings
+from specsample.pairs import load_pair
 
 SAMPLE = pathlib.Path(__file__).parent / "data" / "ende_test_sample.tsv"
 
@@ -20,7 +21,8 @@ SAMPLE = pathlib.Path(__file__).parent / "data" / "ende_test_sample.tsv"
 @pytest.fixture(scope="module")
 def pair():
   assert available(), f"the bundled pair is missing from {BUNDLE_DIR}"
-  return load_pair()
+  loaded = load_pair("bundled:ende")
+  return loaded.target, loaded.draft, loaded.tokenizer
 
 
 def test_bundle_contents_and_card():
@@ -70,3 +72,29 @@ def test_translate_command_prints_german_alpha_and_speedup(capsys, tmp_path):
 def test_sample_is_part_of_the_shipped_test_split():
   shipped = set(read_tsv(BUNDLE_DIR / "test.tsv"))
   assert set(read_tsv(SAMPLE)) <= shipped
+
+
+def test_load_pair_gives_each_bundled_t5_pair_with_its_settings():
+  for name, prefix in (("ende", TASK_PREFIX), ("docstrings", "summarize: ")):
+    pair = load_pair(f"bundled:{name}")
+    metrics = json.loads((pair_dir(name) / "metrics.json").read_text())
+    assert pair.gamma == metrics["recommended_gamma"] and pair.prefix == prefix
+    assert (pair.weights, pair.activations, pair.bundled) == ("float32", "float32", True)
+    assert pair.target.vocab_size == pair.draft.vocab_size and pair.tokenizer.vocab_size > 0
+  behind = load_pair("bundled:ende", prompt_lookup=True)
+  assert type(behind.draft).__name__ == "LookupThenModel" and "prompt lookup" in behind.title
+
+
+@pytest.mark.parametrize(
+  ("arguments", "message"),
+  [
+    ({"target": "bundled:xsum"}, "the bundled T5 pairs are bundled:ende, bundled:docstrings"),
+    ({"target": "bundled:ende", "draft": "ngram"}, "has its own draft"),
+    ({"target": "bundled:ende", "tokenizer": "x.model"}, "has its own vocabulary"),
+    ({"target": "bundled:ende", "weights": "gguf"}, "float32 matrices only"),
+    ({"target": "bundled:ende", "activations": "int8"}, "needs --weights gguf"),
+  ],
+)
+def test_load_pair_refuses_what_a_bundled_t5_pair_cannot_take(arguments, message):
+  with pytest.raises(ValueError, match=message):
+    load_pair(**arguments)

@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from t5_helpers import tiny_config
+from cli_runs import run
+from tiny_models import tiny_config
 
 from specsample.bundled import smollm2_target_path
 from specsample.checkpoints import save_hf_decoder_only, save_hf_t5
-from specsample.cli import main
 from specsample.models import DecoderOnly, DecoderOnlyConfig
 from specsample.models.t5 import T5
 
@@ -35,16 +35,6 @@ def t5_pair(tmp_path_factory) -> pathlib.Path:
   params = jax.tree_util.tree_map(lambda x: jnp.full_like(x, jnp.nan), nan.params)
   save_hf_t5(T5(params=params, config=nan.config), root / "nan")
   return root
-
-
-def run(argv, capsys) -> tuple[int, list[str], str]:
-  """(exit code, stderr lines, stdout) of the command; argparse errors exit too."""
-  try:
-    code = main(argv)
-  except SystemExit as exit_:
-    code = exit_.code
-  captured = capsys.readouterr()
-  return code, captured.err.strip().splitlines(), captured.out
 
 
 def pair_args(root, target="target", draft="draft"):

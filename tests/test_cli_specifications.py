@@ -15,9 +15,9 @@ import sys
 import time
 
 import pytest
+from cli_runs import run
 
 from specsample.checkpoints import save_hf_decoder_only
-from specsample.cli import main
 from specsample.models import DecoderOnly, DecoderOnlyConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -45,16 +45,6 @@ def tiny_pair(target: pathlib.Path) -> list[str]:
   return ["--target", str(target), "--draft", "ngram", "--tokenizer", str(SPIECE)]
 
 
-def run(argv, capsys) -> tuple[int, list[str], str]:
-  """(exit status, stderr lines, stdout) of the command run in this process."""
-  try:
-    code = main(argv)
-  except SystemExit as exit_:
-    code = exit_.code
-  captured = capsys.readouterr()
-  return code, captured.err.strip().splitlines(), captured.out
-
-
 def refused(argv, capsys) -> str:
   """The one stderr line of a command that must exit with status 2."""
   code, err, out = run(argv, capsys)
@@ -75,7 +65,7 @@ def nothing_loads(monkeypatch):
   import specsample.pairs
 
   monkeypatch.setattr(specsample.pairs, "load_pair", must_not_run)
-  monkeypatch.setattr(specsample.bundled, "load_pair", must_not_run)
+  monkeypatch.setattr(specsample.bundled, "load_t5_pair", must_not_run)
 
 
 @pytest.fixture

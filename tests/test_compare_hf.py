@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from t5_helpers import tiny_config
+from tiny_models import tiny_config
 
 from specsample.bundled import BUNDLE_DIR
 from specsample.checkpoints import save_hf_t5

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from t5_helpers import tiny_config
+from tiny_models import tiny_config
 
 from specsample.core import contract
 from specsample.core.contract import (

@@ -8,8 +8,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_lossless import batched_prompts, fits_per_prompt, make_pair
-from test_tree import DECODER_CONFIG, T5_CONFIG, _models
+from tiny_models import DECODER_CONFIG, T5_CONFIG, models_with_prompts
+from toy_pairs import (
+  assert_every_prompt_fits,
+  assert_no_prompt_fits,
+  assert_speculative_samples_fit,
+  batched_prompts,
+  make_pair,
+  speculative_samples,
+)
 
 from specsample import DynamicTree, SamplingConfig, generate, speculative_generate
 from specsample.core import dynamic_tree as rules
@@ -36,7 +43,7 @@ def test_layout_from_parents():
 def test_each_path_of_a_per_row_tree_call_scores_like_a_plain_call(index):
   """Two rows with different tree shapes in ONE call: every root-to-node path's logits
   equal an `extend` over that path alone, and keep_path continues like the plain call."""
-  model, prompts = _models()[index]
+  model, prompts = models_with_prompts()[index]
   lengths = jnp.array([4, 2], jnp.int32)
   state, pending = model.init_state(prompts, lengths, 16)
   parents = jnp.array([[-1, 0, 0, 1, 3], [-1, 0, 1, 0, 2]], jnp.int32)
@@ -80,19 +87,11 @@ CASES = [
 
 
 def _run(temperature, top_k, top_p, gamma, nodes, branching, max_new_tokens, order, eos_id):
-  target, draft = make_pair(seed=gamma + 10 * order + nodes, vocab=6, order=order, eos_id=eos_id)
-  sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-  out = speculative_generate(
-    target,
-    draft,
-    batched_prompts(ROWS_PER_PROMPT),
-    gamma=gamma,
-    max_new_tokens=max_new_tokens,
-    sampling=sampling,
-    seed=11,
-    tree=DynamicTree(nodes=nodes, branching=branching),
-  )
-  return target, sampling, out
+  return speculative_samples(
+    gamma + 10 * order + nodes, ROWS_PER_PROMPT, order=order, eos_id=eos_id,
+    temperature=temperature, top_k=top_k, top_p=top_p, gamma=gamma,
+    max_new_tokens=max_new_tokens, seed=11, tree=DynamicTree(nodes=nodes, branching=branching),
+  )  # fmt: skip
 
 
 @pytest.mark.slow
@@ -105,8 +104,7 @@ def test_dynamic_tree_decoding_is_lossless(
   target, sampling, out = _run(
     temperature, top_k, top_p, gamma, nodes, branching, max_new_tokens, order, eos_id
   )
-  for result in fits_per_prompt(target, np.asarray(out.tokens), max_new_tokens, sampling):
-    assert result.ok, result
+  assert_every_prompt_fits(target, out, max_new_tokens, sampling)
   histogram = np.asarray(out.stats.accepted_histogram)
   assert histogram[0] > 0 and histogram[-1] > 0, histogram  # whole paths were accepted too
 
@@ -147,9 +145,7 @@ def test_a_wrong_tree_rule_fails_the_same_test(monkeypatch):
     target, sampling, out = _run(*CASES[0])
   finally:
     clear_compiled_programs(speculative_only=True)
-  fits = fits_per_prompt(target, np.asarray(out.tokens), CASES[0][6], sampling)
-  assert not any(result.ok for result in fits), fits
-  assert max(result.p_value for result in fits) < 1e-6, fits
+  assert_no_prompt_fits(target, out, CASES[0][6], sampling)
 
 
 def test_more_nodes_accept_more_per_target_call():
@@ -252,10 +248,7 @@ def test_greedy_dynamic_tree_with_prompt_lookup_as_a_branch():
 @pytest.mark.slow
 def test_dynamic_tree_with_prompt_lookup_is_lossless():
   target, draft = make_pair(seed=21, vocab=6, order=2, eos_id=1)
-  sampling = SamplingConfig(temperature=1.0)
-  out = speculative_generate(
-    target, _with_lookup(draft, target), batched_prompts(ROWS_PER_PROMPT), gamma=3,
-    max_new_tokens=4, sampling=sampling, seed=5, tree=DynamicTree(nodes=4, branching=2),
+  assert_speculative_samples_fit(
+    target, _with_lookup(draft, target), SamplingConfig(temperature=1.0), ROWS_PER_PROMPT,
+    gamma=3, max_new_tokens=4, seed=5, tree=DynamicTree(nodes=4, branching=2),
   )  # fmt: skip
-  for result in fits_per_prompt(target, np.asarray(out.tokens), 4, sampling):
-    assert result.ok, result

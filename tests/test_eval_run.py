@@ -11,7 +11,7 @@ import pytest
 
 tfds = pytest.importorskip("tensorflow_datasets")  # the seqio extra; installed in CI
 
-from t5_helpers import tiny_pair  # noqa: E402
+from tiny_models import tiny_pair  # noqa: E402
 
 from specsample.bundled import BUNDLE_DIR  # noqa: E402
 from specsample.checkpoints import save_hf_t5  # noqa: E402

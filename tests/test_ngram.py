@@ -6,7 +6,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from distribution_check import fit
+from toy_pairs import (
+  REPEATING_PROMPTS,
+  assert_speculative_samples_fit,
+  speculative_greedy_equals_plain,
+)
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.models import DecoderOnly, DecoderOnlyConfig, MarkovLM
@@ -47,12 +51,7 @@ def test_greedy_output_equals_the_targets():
   target = MarkovLM.random(0, 8, eos_id=1, scale=3.0)
   draft = NGramDraft.for_target(target)
   prompts = [[2, 3, 4, 2, 3], [5], [6, 7, 6, 7, 6]]
-  greedy = SamplingConfig(temperature=0.0)
-  plain = generate(target, prompts, max_new_tokens=24, sampling=greedy)
-  for gamma in (1, 4, 8):
-    spec = speculative_generate(target, draft, prompts, gamma=gamma, max_new_tokens=24,
-                                sampling=greedy)  # fmt: skip
-    assert spec.sequences() == plain.sequences()
+  spec = speculative_greedy_equals_plain(target, draft, prompts, (1, 4, 8), max_new_tokens=24)
   assert spec.stats.alpha > 0.5  # a low-entropy chain repeats itself: lookups pay
 
 
@@ -71,7 +70,6 @@ def test_greedy_output_equals_a_decoder_only_targets():
   assert spec.sequences() == plain.sequences()
 
 
-PROMPTS = ([2, 3, 2], [0, 3], [4, 1, 3, 4])
 ROWS_PER_PROMPT = 6000
 
 
@@ -84,13 +82,8 @@ def test_sequences_follow_the_exact_target_distribution(rule, temperature, top_p
   """A deterministic proposal is a one-hot p: the output must still be the target's."""
   target = MarkovLM.random(7, 5, scale=2.0)
   sampling = SamplingConfig(temperature=temperature, top_p=top_p)
-  prompts = [list(PROMPTS[i % 3]) for i in range(3 * ROWS_PER_PROMPT)]
-  out = speculative_generate(
-    target, NGramDraft.for_target(target), prompts, gamma=gamma, max_new_tokens=4,
-    sampling=sampling, verification=rule, seed=99,
+  out = assert_speculative_samples_fit(
+    target, NGramDraft.for_target(target), sampling, ROWS_PER_PROMPT, REPEATING_PROMPTS,
+    gamma=gamma, max_new_tokens=4, verification=rule, seed=99,
   )  # fmt: skip
-  tokens = np.asarray(out.tokens)
-  for group, prompt in enumerate(PROMPTS):
-    result = fit(tokens[group::3], target.exact_distribution(prompt, 4, sampling))
-    assert result.ok, f"prompt {prompt}: {result}"
   assert 0.1 < out.stats.alpha < 0.95  # informative: some accepted, some rejected

@@ -7,11 +7,12 @@ import os
 
 import numpy as np
 import pytest
+from tiny_models import FEATURE_TARGET
 
 from specsample import SamplingConfig, generate
 from specsample.data.chat_prompts import ChatPrompt
 from specsample.decoding import autoregressive
-from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+from specsample.models.decoder_only import DecoderOnly
 from specsample.train import distill_features as df
 from specsample.train import on_policy, store_features
 from specsample.train.response_store import (
@@ -24,10 +25,7 @@ from specsample.train.response_store import (
 )
 from specsample.train.target_responses import read_sequences
 
-TARGET = DecoderOnlyConfig(
-  vocab_size=96, d_model=32, num_heads=2, num_kv_heads=1, head_dim=16, mlp_dim=64,
-  num_layers=2, tie_word_embeddings=True, eos_id=1, pad_id=0, rope_theta=1e4,
-)  # fmt: skip
+TARGET = FEATURE_TARGET.replace(num_heads=2, num_kv_heads=1, head_dim=16)
 SETTINGS = StoreSettings(
   target="toy", target_bytes=1, activations="float32", max_new_tokens=10, batch_size=4,
   widths=(8, 16), sampled_every=3, seed=5,

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from t5_helpers import tiny_config
+from tiny_models import tiny_config
 
 from specsample.bench import output, roofline
 from specsample.bench.pair import BenchSettings, bench_pair

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
-from t5_helpers import tiny_config, tiny_pair
+from tiny_models import tiny_config, tiny_pair
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.core import LanguageModel, logits_to_probs

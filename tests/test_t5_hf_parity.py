@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from t5_helpers import tiny_config
+from tiny_models import tiny_config
 from transformers import T5Config as HFConfig
 from transformers import T5ForConditionalGeneration
 

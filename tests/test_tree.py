@@ -8,27 +8,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_lossless import batched_prompts, fits_per_prompt, make_pair
+from tiny_models import DECODER_CONFIG, T5_CONFIG, models_with_prompts
+from toy_pairs import (
+  assert_every_prompt_fits,
+  assert_no_prompt_fits,
+  batched_prompts,
+  make_pair,
+  speculative_samples,
+)
 
 from specsample import DraftTree, SamplingConfig, generate, speculative_generate
 from specsample.core.sampling import sample_from_probs
 from specsample.core.tree import TreeLayout, chain_slots, verify_tree_greedy
 from specsample.decoding import clear_compiled_programs
 from specsample.decoding.drafters import tree as tree_drafter
-from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+from specsample.models.decoder_only import DecoderOnly
 from specsample.models.t5 import T5
-from specsample.models.t5.config import T5Config
 
 ROWS_PER_PROMPT = 6000
-
-T5_CONFIG = T5Config(
-  vocab_size=40, d_model=32, num_heads=2, head_dim=16, mlp_dim=64,
-  num_encoder_layers=1, num_decoder_layers=2, eos_id=1,
-)  # fmt: skip
-DECODER_CONFIG = DecoderOnlyConfig(
-  vocab_size=48, d_model=32, num_heads=4, num_kv_heads=2, head_dim=8, mlp_dim=64,
-  num_layers=2, eos_id=2,
-)  # fmt: skip
 
 
 def test_layout_of_chains():
@@ -42,20 +39,11 @@ def test_layout_of_chains():
     TreeLayout((0,))
 
 
-def _models():
-  t5 = T5.init_random(T5_CONFIG, seed=0)
-  t5_prompts = jnp.array([[5, 6, 7, 1], [9, 10, 1, 0]], jnp.int32)
-  decoder = DecoderOnly.init_random(DECODER_CONFIG, seed=0)
-  window = DecoderOnly.init_random(DECODER_CONFIG.replace(sliding_window=3), seed=1)
-  decoder_prompts = jnp.array([[5, 6, 7, 8], [9, 10, 0, 0]], jnp.int32)
-  return [(t5, t5_prompts), (decoder, decoder_prompts), (window, decoder_prompts)]
-
-
 @pytest.mark.parametrize("index", [0, 1, 2], ids=["t5", "decoder_only", "sliding_window"])
 def test_each_chain_of_a_tree_call_scores_like_a_plain_call(index):
   """The logits of chain j inside one tree call equal an `extend` over that chain alone,
   and after keep_path the cache continues as if only that chain had been extended."""
-  model, prompts = _models()[index]
+  model, prompts = models_with_prompts()[index]
   lengths = jnp.array([4, 2], jnp.int32)
   state, pending = model.init_state(prompts, lengths, 16)
   chains = jnp.array([[[11, 12, 13], [14, 15, 16]], [[17, 18, 19], [20, 21, 22]]], jnp.int32)
@@ -105,19 +93,11 @@ CASES = [
 
 
 def _run(temperature, top_k, top_p, gamma, num_chains, max_new_tokens, order, eos_id):
-  target, draft = make_pair(seed=gamma + 10 * order, vocab=6, order=order, eos_id=eos_id)
-  sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-  out = speculative_generate(
-    target,
-    draft,
-    batched_prompts(ROWS_PER_PROMPT),
-    gamma=gamma,
-    max_new_tokens=max_new_tokens,
-    sampling=sampling,
-    seed=7,
+  return speculative_samples(
+    gamma + 10 * order, ROWS_PER_PROMPT, order=order, eos_id=eos_id, temperature=temperature,
+    top_k=top_k, top_p=top_p, gamma=gamma, max_new_tokens=max_new_tokens, seed=7,
     tree=DraftTree(num_chains),
-  )
-  return target, sampling, out
+  )  # fmt: skip
 
 
 @pytest.mark.slow
@@ -130,8 +110,7 @@ def test_tree_decoding_is_lossless(
   target, sampling, out = _run(
     temperature, top_k, top_p, gamma, num_chains, max_new_tokens, order, eos_id
   )
-  for result in fits_per_prompt(target, np.asarray(out.tokens), max_new_tokens, sampling):
-    assert result.ok, result
+  assert_every_prompt_fits(target, out, max_new_tokens, sampling)
   histogram = np.asarray(out.stats.accepted_histogram)
   assert histogram[0] > 0 and histogram[1:].sum() > 0, histogram
 
@@ -162,9 +141,7 @@ def test_a_wrong_multi_draft_rule_fails_the_same_test(monkeypatch):
     target, sampling, out = _run(1.0, 0, 1.0, 1, 3, 3, 1, None)
   finally:
     clear_compiled_programs(speculative_only=True)
-  fits = fits_per_prompt(target, np.asarray(out.tokens), 3, sampling)
-  assert not any(result.ok for result in fits), fits
-  assert max(result.p_value for result in fits) < 1e-6, fits
+  assert_no_prompt_fits(target, out, 3, sampling)
 
 
 def test_more_chains_accept_more_per_target_call():

@@ -18,9 +18,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
-from test_block_weights import FORMATS, quantized
-from test_gguf import LARGE, write_tiny
-from test_int8_blocks import _logits, requires_kernel, speculative_and_plain
+from tiny_gguf import (
+  FORMATS,
+  LARGE,
+  extend_logits,
+  quantized,
+  requires_kernel,
+  speculative_and_plain,
+  write_tiny,
+)
 
 from specsample.checkpoints import load_model
 from specsample.kernels import decoder_layer, int8_blocks, small_k
@@ -112,9 +118,9 @@ def test_a_gguf_model_with_activations_in_two_passes(tmp_path):
   assert decoder_layer.applies(two.config, layer) == small_k.kernel_available()
   assert all(layer[name]["kernel"].passes == 2 for name in decoder_layer.PROJECTIONS)
   tokens = jnp.asarray(np.random.default_rng(4).integers(3, LARGE["vocab"], (2, 5)), jnp.int32)
-  reference = _logits(exact, tokens)
-  error_one = np.linalg.norm(_logits(one, tokens) - reference)
-  error_two = np.linalg.norm(_logits(two, tokens) - reference)
+  reference = extend_logits(exact, tokens)
+  error_one = np.linalg.norm(extend_logits(one, tokens) - reference)
+  error_two = np.linalg.norm(extend_logits(two, tokens) - reference)
   assert 0 < error_two < error_one / 20
   # Speculative greedy output equals plain greedy output of the two-pass arithmetic.
   speculative_and_plain(two, LARGE["vocab"])

@@ -8,7 +8,13 @@ import argparse
 import json
 
 import pytest
-from test_tokenizer import SMOLLM2, needs_smollm2, write_tokenizer_gguf
+from tokenizer_files import (
+  SMOLLM2,
+  needs_smollm2,
+  sanitizes,
+  theirs_chat_ids,
+  write_tokenizer_gguf,
+)
 
 from specsample.checkpoints import Vocabulary
 from specsample.checkpoints.tokenizer import Tokenizer, _byte_alphabet
@@ -94,7 +100,6 @@ def test_user_text_control_tokens_as_transformers_sanitizes_them(smollm2):
   """Equal to transformers' apply_chat_template(..., sanitize_control_tokens=True)."""
   import os
 
-  from test_tokenizer import sanitizes, theirs_chat_ids
   from transformers import AutoTokenizer
 
   directory, filename = os.path.split(SMOLLM2)
@@ -113,16 +118,16 @@ def test_ordinary_prompts_keep_their_ids(smollm2):
   text was parsed for special tokens (shipped drafts and recorded results stay valid)."""
   from specsample.bundled import SMOLLM2_DIR
   from specsample.data import chat_prompts
-  from specsample.train import smollm2_data
+  from specsample.train import pipeline_data
 
   rows = [json.loads(line) for line in (SMOLLM2_DIR / "prompts.jsonl").read_text().splitlines()]
   texts = [row["prompt"] for row in rows]
   texts += [p.prompt for p in chat_prompts.build_prompts("train", 150, seed=0)]
   for text in texts:
     parsed = smollm2.apply_chat_template([{"role": "user", "content": text}], parse_special=True)
-    assert smollm2_data.encode(smollm2, text) == parsed
+    assert pipeline_data.encode(smollm2, text) == parsed
     assert smollm2.encode(text) == smollm2.encode(text, parse_special=True)
-  assert smollm2_data.always_kept(smollm2)[:17] == list(range(17))
+  assert pipeline_data.always_kept(smollm2)[:17] == list(range(17))
 
 
 @needs_smollm2

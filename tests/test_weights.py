@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from t5_helpers import tiny_config
+from tiny_models import tiny_config
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig

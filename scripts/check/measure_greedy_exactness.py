@@ -34,17 +34,18 @@ def load(pair: str, dtype: str, num_prompts: int):
     target, draft, prompts = load(pair, "float32", num_prompts)
     return with_weight_dtype(target, "bfloat16"), with_weight_dtype(draft, "bfloat16"), prompts
   from specsample import bundled
+  from specsample.pairs import load_pair
 
-  if pair == "ende":
-    target, draft, vocabulary = bundled.load_pair(dtype=dtype)
-    lines = (bundled.BUNDLE_DIR / "test.tsv").read_text().splitlines()
-    texts = [line.split("\t")[0] for line in lines if line.strip()][:num_prompts]
-    return target, draft, [vocabulary.encode(bundled.TASK_PREFIX + text) for text in texts]
-  if pair == "docstrings":  # function source -> its docstring's first sentence
-    target, draft, vocabulary = bundled.load_pair(dtype=dtype, name=pair)
-    lines = (bundled.pair_dir(pair) / "test.jsonl").open()
-    texts = [json.loads(line)["code"] for line in lines][:num_prompts]
-    return target, draft, [vocabulary.encode("summarize: " + text) for text in texts]
+  if pair in bundled.PAIRS:  # ende: English -> German; docstrings: source -> a sentence
+    loaded = load_pair(f"bundled:{pair}", dtype=dtype)
+    if pair == "ende":
+      lines = (bundled.pair_dir(pair) / "test.tsv").read_text().splitlines()
+      texts = [line.split("\t")[0] for line in lines if line.strip()][:num_prompts]
+    else:
+      lines = (bundled.pair_dir(pair) / "test.jsonl").open()
+      texts = [json.loads(line)["code"] for line in lines][:num_prompts]
+    prompts = [loaded.tokenizer.encode(loaded.prefix + text) for text in texts]
+    return loaded.target, loaded.draft, prompts
   target, draft, tokenizer = bundled.load_smollm2_pair(dtype=dtype)
   records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]
   return (

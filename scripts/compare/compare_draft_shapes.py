@@ -46,10 +46,11 @@ def load(pair: str, num_prompts: int, stride: int, weights: str = "float32", loo
   from specsample.pairs import load_pair
 
   if pair == "ende":
-    target, draft, vocabulary = bundled.load_pair()
-    lines = (bundled.BUNDLE_DIR / "test.tsv").read_text().splitlines()
+    loaded = load_pair("bundled:ende")
+    lines = (bundled.pair_dir("ende") / "test.tsv").read_text().splitlines()
     texts = [line.split("\t")[0] for line in lines if line.strip()][::stride][:num_prompts]
-    return target, draft, [vocabulary.encode(bundled.TASK_PREFIX + t) for t in texts], "T5 ende"
+    prompts = [loaded.tokenizer.encode(loaded.prefix + t) for t in texts]
+    return loaded.target, loaded.draft, prompts, "T5 ende"
   loaded = load_pair(None, "bundled:token", weights=weights, prompt_lookup=lookup)  # trees: tokens
   target, draft, tokenizer = loaded.target, loaded.draft, loaded.tokenizer
   records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]

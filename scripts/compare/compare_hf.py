@@ -229,12 +229,14 @@ def main() -> int:
   import torch
 
   if args.target is None:
-    from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, load_pair, recommended_gamma
+    from specsample.bundled import pair_dir
+    from specsample.pairs import load_pair
 
-    target, draft, vocab = load_pair()
-    prefix = TASK_PREFIX if args.prefix is None else args.prefix
-    input_file = args.input_file or BUNDLE_DIR / "test.tsv"
-    args.gamma = args.gamma or recommended_gamma()
+    pair = load_pair("bundled:ende")
+    target, draft, vocab = pair.target, pair.draft, pair.tokenizer
+    prefix = pair.prefix if args.prefix is None else args.prefix
+    input_file = args.input_file or pair_dir("ende") / "test.tsv"
+    args.gamma = args.gamma or pair.gamma
   else:
     if not (args.draft and args.input_file):
       parser.error("--target needs --draft and --input-file")

@@ -23,6 +23,7 @@ import numpy as np
 
 from specsample import SamplingConfig, bundled, generate, speculative_generate
 from specsample.bench.pair import pad_to_width
+from specsample.pairs import load_pair
 
 
 def load_module(path: str):
@@ -43,9 +44,10 @@ def main() -> None:
   parser.add_argument("--repeats", type=int, default=7)
   args = parser.parse_args()
   before = load_module(args.before).speculative_generate
-  target, draft, vocab = bundled.load_pair()
+  pair = load_pair("bundled:ende")
+  target, draft, vocab = pair.target, pair.draft, pair.tokenizer
   lines = (bundled.pair_dir() / "test.tsv").read_text().splitlines()[: args.num_prompts]
-  prompts = [vocab.encode(bundled.TASK_PREFIX + line.split("\t")[0]) + [1] for line in lines]
+  prompts = [vocab.encode(pair.prefix + line.split("\t")[0]) + [1] for line in lines]
   padded, lengths = pad_to_width(prompts, max(len(p) for p in prompts))
   rows = [(padded[i : i + 1], lengths[i : i + 1]) for i in range(len(prompts))]
   print(

@@ -18,9 +18,10 @@ import json
 import pathlib
 import platform
 
-from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, load_pair
+from specsample.bundled import BUNDLE_DIR
 from specsample.data.gettext_pairs import read_tsv
 from specsample.eval.translation import evaluate_pair
+from specsample.pairs import load_pair
 
 CARD_TEMPLATE = pathlib.Path(__file__).with_name("model_card_template.md")
 
@@ -52,8 +53,10 @@ def main() -> None:
     "--write-card", action="store_true", help="update metrics.json and MODEL_CARD.md"
   )
   args = parser.parse_args()
-  target, draft, vocab = load_pair()
-  metrics = evaluate_pair(target, draft, vocab, read_tsv(args.test_file), prefix=TASK_PREFIX)
+  pair = load_pair("bundled:ende")
+  metrics = evaluate_pair(
+    pair.target, pair.draft, pair.tokenizer, read_tsv(args.test_file), prefix=pair.prefix
+  )
   print(json.dumps(metrics, indent=2))
   if args.json:
     with open(args.json, "w") as f:

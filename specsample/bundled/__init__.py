@@ -27,6 +27,9 @@ BUNDLED_ROOT = pathlib.Path(__file__).parent
 BUNDLE_DIR = BUNDLED_ROOT / "ende"
 TASK_PREFIX = "translate English to German: "
 PAIRS = ("ende", "docstrings")
+# The text each pair's prompts start with (its training inputs did).
+TASK_PREFIXES = {"ende": TASK_PREFIX, "docstrings": "summarize: "}
+TITLES = {"ende": "bundled EN->DE pair", "docstrings": "bundled docstrings pair"}
 
 
 def pair_dir(name: str = "ende") -> pathlib.Path:
@@ -39,8 +42,9 @@ def available(name: str = "ende") -> bool:
   return all((pair_dir(name) / part).exists() for part in ("target", "draft", "spiece.model"))
 
 
-def load_pair(dtype: str = "float32", name: str = "ende") -> tuple[T5, T5, Vocabulary]:
-  """(target, draft, vocabulary) of a bundled pair."""
+def load_t5_pair(dtype: str = "float32", name: str = "ende") -> tuple[T5, T5, Vocabulary]:
+  """(target, draft, vocabulary) of a bundled T5 pair (`pairs.load_pair("bundled:NAME")`
+  gives it with its settings)."""
   directory = pair_dir(name)
   if not available(name):
     raise FileNotFoundError(
@@ -52,10 +56,10 @@ def load_pair(dtype: str = "float32", name: str = "ende") -> tuple[T5, T5, Vocab
   return target, draft, Vocabulary(directory / "spiece.model")
 
 
-def recommended_gamma(default: int = 4) -> int:
-  """The gamma scripts/train/evaluate_bundled.py found best for the pair (speedup model with
-  measured alpha, c and r), or `default`."""
-  path = BUNDLE_DIR / "metrics.json"
+def recommended_gamma(default: int = 4, name: str = "ende") -> int:
+  """The gamma scripts/train/evaluate_bundled.py found best for the bundled T5 pair `name`
+  (speedup model with measured alpha, c and r), or `default`."""
+  path = pair_dir(name) / "metrics.json"
   if not path.exists():
     return default
   return int(json.loads(path.read_text()).get("recommended_gamma", default))

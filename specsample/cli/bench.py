@@ -129,42 +129,34 @@ def run_bench(args) -> int:
   dynamic = "dynamic" in settings.rules  # lookup, if any, joins the tree as a branch
   trees = chains or dynamic
   if name == "ende":
-    from specsample.bundled import BUNDLE_DIR, TASK_PREFIX, load_pair, pair_dir
-    from specsample.pairs import resolve_activations, resolve_weights
+    from specsample.bundled import pair_dir
+    from specsample.pairs import load_pair
 
     texts = bench_inputs(
-      args.input_file or str(BUNDLE_DIR / "test.tsv"), args.num_prompts, args.tasks
+      args.input_file or str(pair_dir("ende") / "test.tsv"), args.num_prompts, args.tasks
     )
-    weights = resolve_weights(args.weights, None, dtype=args.dtype, sharded=False)
-    resolve_activations(args.activations, weights)
-    context = target_context(pair_dir() / "target", args.max_new_tokens)
-    target, draft, tokenizer = load_pair()
-    prefix = TASK_PREFIX if args.prefix is None else args.prefix
+    context = target_context(pair_dir("ende") / "target", args.max_new_tokens)
+    pair = load_pair(
+      "bundled:ende", dtype=args.dtype, weights=args.weights, activations=args.activations
+    )
+    target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
+    prefix = pair.prefix if args.prefix is None else args.prefix
     prompts = [tokenizer.encode(prefix + text) for text in texts]
-    title = args.title or "bundled EN->DE pair"
+    title = args.title or pair.title
     notes = []
   else:
     from specsample.bundled import SMOLLM2_DIR
     from specsample.cli.generate import encode_prompts
+    from specsample.cli.options import pair_spec
     from specsample.models import DecoderOnly
-    from specsample.pairs import load_pair
 
     default_prompts = str(SMOLLM2_DIR / "prompts.jsonl") if args.target is None else None
     texts = bench_inputs(args.input_file or default_prompts, args.num_prompts, args.tasks)
     context = target_context(args.target, args.max_new_tokens)
-    pair = load_pair(
-      args.target,
-      args.draft,
-      tokenizer=args.tokenizer,
-      dtype=args.dtype,
-      weights=args.weights,
-      activations=args.activations,
-      prompt_lookup=args.prompt_lookup,
-      trees=chains,
-      dynamic_tree=dynamic,
-    )
+    pair = pair_spec(args, trees=chains, dynamic_tree=dynamic).load()
     target, draft, tokenizer, notes = pair.target, pair.draft, pair.tokenizer, pair.notes()
-    prompts = encode_prompts(texts, tokenizer, args, decoder_only=isinstance(target, DecoderOnly))
+    decoder_only = isinstance(target, DecoderOnly)
+    prompts = encode_prompts(texts, tokenizer, args, decoder_only=decoder_only, prefix=pair.prefix)
     title = args.title or pair.title
   check_prompt_lengths(prompts, settings.max_new_tokens, context)
   for note in notes:

@@ -14,6 +14,7 @@ from specsample.cli.compare import Comparison, compare, summary_line
 from specsample.cli.limits import check_prompt_lengths, target_context
 from specsample.cli.options import (
   UsageError,
+  pair_spec,
   read_inputs,
   speculative_settings,
   tuned_gamma,
@@ -175,14 +176,16 @@ def write_trace(
 
 
 def run_translate(args) -> int:
-  from specsample.bundled import TASK_PREFIX, load_pair, pair_dir, recommended_gamma
+  from specsample.bundled import pair_dir
+  from specsample.pairs import load_pair
 
   texts = read_inputs(args.text, None)
-  context = target_context(pair_dir() / "target", args.max_new_tokens)
-  target, draft, vocab = load_pair()
-  prompts = [vocab.encode(TASK_PREFIX + text) for text in texts]
+  context = target_context(pair_dir("ende") / "target", args.max_new_tokens)
+  pair = load_pair("bundled:ende")
+  target, draft, vocab = pair.target, pair.draft, pair.tokenizer
+  prompts = [vocab.encode(pair.prefix + text) for text in texts]
   check_prompt_lengths(prompts, args.max_new_tokens, context)
-  gamma = tuned_gamma(target, draft, prompts, args, default=recommended_gamma())
+  gamma = tuned_gamma(target, draft, prompts, args, default=pair.gamma)
   settings = speculative_settings(args, gamma)
   streamed = text_stream(texts, vocab, args)
   comparison = compare(
@@ -197,7 +200,11 @@ def run_translate(args) -> int:
   return 0
 
 
-def encode_prompts(texts, tokenizer, args, *, decoder_only: bool) -> list[list[int]]:
+def encode_prompts(
+  texts, tokenizer, args, *, decoder_only: bool, prefix: str = ""
+) -> list[list[int]]:
+  """Token ids of `texts`: through the chat template (--chat; by default for a decoder-only
+  model whose tokenizer has one), else `--prefix` (or `prefix`, the pair's) + the text."""
   chat = args.chat
   has_template = getattr(tokenizer, "chat_template", None) is not None
   if chat is None:
@@ -206,7 +213,7 @@ def encode_prompts(texts, tokenizer, args, *, decoder_only: bool) -> list[list[i
     raise UsageError("--chat: this tokenizer has no chat template")
   if args.system and not chat:
     raise UsageError("--system needs the chat template (--chat)")
-  prefix = getattr(args, "prefix", None) or ""
+  prefix = getattr(args, "prefix", None) or prefix
   special = {"parse_special": True} if getattr(args, "special", False) else {}
   if special and not hasattr(tokenizer, "apply_chat_template"):
     raise UsageError("--special: this tokenizer (SentencePiece) reads no special-token text")
@@ -223,7 +230,6 @@ def encode_prompts(texts, tokenizer, args, *, decoder_only: bool) -> list[list[i
 
 def run_generate(args) -> int:
   from specsample.models import DecoderOnly
-  from specsample.pairs import load_pair
 
   texts = read_inputs(args.text, args.input_file)
   context = target_context(args.target, args.max_new_tokens)
@@ -231,21 +237,11 @@ def run_generate(args) -> int:
     from specsample.scaling.shard import initialize_distributed
 
     initialize_distributed()
-  pair = load_pair(
-    args.target,
-    args.draft,
-    tokenizer=args.tokenizer,
-    dtype=args.dtype,
-    weights=args.weights,
-    activations=args.activations,
-    prompt_lookup=args.prompt_lookup,
-    trees=isinstance(args.tree, int),
-    dynamic_tree=isinstance(args.tree, DynamicTree),
-    sharded=bool(args.mesh),
-  )
+  trees, dynamic = isinstance(args.tree, int), isinstance(args.tree, DynamicTree)
+  pair = pair_spec(args, trees=trees, dynamic_tree=dynamic, sharded=bool(args.mesh)).load()
   target, draft = pair.target, pair.draft
   prompts = host_prompts = encode_prompts(
-    texts, pair.tokenizer, args, decoder_only=isinstance(target, DecoderOnly)
+    texts, pair.tokenizer, args, decoder_only=isinstance(target, DecoderOnly), prefix=pair.prefix
   )
   check_prompt_lengths(host_prompts, args.max_new_tokens, context)
   for note in pair.notes():

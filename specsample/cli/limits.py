@@ -73,11 +73,17 @@ def _t5_context() -> Context:
 
 def target_context(target: str | os.PathLike | None, max_new_tokens: int) -> Context | None:
   """The context of the target checkpoint (None: the bundled SmolLM2-135M-Instruct, as
-  `pairs.load_pair` picks it), after checking `max_new_tokens` against it."""
+  `pairs.load_pair` picks it; "bundled:NAME": a bundled T5 pair's target), after
+  checking `max_new_tokens` against it."""
   if target is None:
     from specsample.bundled import smollm2_target_path
 
     target = smollm2_target_path()
+  elif str(target).startswith("bundled:"):  # a bundled T5 pair (pairs.load_pair checks it)
+    from specsample.bundled import PAIRS, pair_dir
+
+    name = str(target).partition(":")[2]
+    target = pair_dir(name) / "target" if name in PAIRS else None
   context = context_of(target)
   check_max_new_tokens(max_new_tokens, context)
   return context

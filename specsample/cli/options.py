@@ -8,6 +8,7 @@ import argparse
 import pathlib
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from specsample.core import SamplingConfig
 from specsample.decoding import SpeculativeSettings
@@ -16,6 +17,9 @@ from specsample.decoding.drafters.dynamic_tree import MAX_NODES, DynamicTree
 from specsample.decoding.drafters.tree import MAX_CHAINS
 from specsample.decoding.inputs import SEED_RANGE
 from specsample.decoding.settings import MAX_GAMMA
+
+if TYPE_CHECKING:
+  from specsample.pairs import PairSpec
 
 
 class UsageError(ValueError):
@@ -288,6 +292,18 @@ def tuned_gamma(
   if tuned is None:
     print(choice.why_plain(), file=sys.stderr)
   return tuned
+
+
+def pair_spec(args, *, trees: bool, dynamic_tree: bool, sharded: bool = False) -> PairSpec:
+  """The pair the flags of `generate` and `bench` name (--target, --draft, --tokenizer,
+  --dtype, --weights, --activations, --prompt-lookup), for the draft shapes the run uses."""
+  from specsample.pairs import PairSpec  # the checkpoint readers load when a pair does
+
+  return PairSpec(
+    target=args.target, draft=args.draft, tokenizer=args.tokenizer, dtype=args.dtype,
+    weights=args.weights, activations=args.activations, prompt_lookup=args.prompt_lookup,
+    trees=trees, dynamic_tree=dynamic_tree, sharded=sharded,
+  )  # fmt: skip
 
 
 def read_inputs(texts: list[str], input_file: str | None) -> list[str]:

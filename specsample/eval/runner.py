@@ -188,16 +188,8 @@ def run_eval(
   after that many new examples without a report, as an interruption would (tests of
   resuming). Returns the report (or {} when stopped early).
   """
-  from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-  )
-
   from specsample.eval.report import build_report, write_report
+  from specsample.progress import progress_bar
 
   # The cheap checks first: the workdir's results and the checkpoints, then the data.
   store = open_store(pipeline)
@@ -217,10 +209,7 @@ def run_eval(
   batches = [todo[i : i + pipeline.batch_size] for i in range(0, len(todo), pipeline.batch_size)]
   compiled: set = set()
   new = 0
-  with Progress(
-    TextColumn(f"{pipeline.name:<32}"), BarColumn(), MofNCompleteColumn(),
-    TimeElapsedColumn(), TimeRemainingColumn(), disable=not show_progress,
-  ) as bar:  # fmt: skip
+  with progress_bar(f"{pipeline.name:<32}", disable=not show_progress) as bar:
     progress = bar.add_task("eval", total=len(examples), completed=len(examples) - len(todo))
     for batch in batches:
       records = decode_batch(target, draft, batch, pipeline, decode_text, compiled)

@@ -38,7 +38,6 @@ import os
 import time
 from typing import ClassVar
 
-import jax
 import numpy as np
 
 from specsample.data import chat_prompts
@@ -52,7 +51,6 @@ from specsample.train.pipeline import PipelineRun, trained
 from specsample.train.pipeline_data import (
   BUNDLE,
   StageError,
-  agreement_by_task,
   always_kept,
   earlier_training,
   generate_batches,
@@ -65,6 +63,7 @@ from specsample.train.pipeline_data import (
   vocab_coverage,
   write_train_prompts,
   write_training_log,
+  write_validation,
 )
 from specsample.train.resume import load_training_state, save_training_state
 from specsample.train.target_responses import Response
@@ -376,11 +375,8 @@ def stage_train(
       response_tokens=responses, settings=dataclasses.asdict(options),
       command=command_line(options),
     )  # fmt: skip
-  scores = agreement_by_task(lambda items: df.agreement(draft, items, steps=3), validation,
-                             task=lambda s: s.task)  # fmt: skip
-  log(f"train: validation agreement {json.dumps(scores)}")
-  write_json(os.path.join(options.work, "validation.json"), scores, indent=1)
-  jax.clear_caches()
+  write_validation(options.work, lambda items: df.agreement(draft, items, steps=3), validation,
+                   task=lambda s: s.task)  # fmt: skip
   return draft
 
 

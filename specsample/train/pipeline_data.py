@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from specsample import progress
 from specsample.data import chat_prompts
 from specsample.files import write_json
 from specsample.train.distill_decoder import choose_output_ids
@@ -42,19 +43,8 @@ def log(message: str) -> None:
 
 
 def progress_bar():
-  """A rich progress bar (description, bar, done/total, elapsed and remaining time)."""
-  from rich.progress import (  # noqa: I001
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-  )
-
-  columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-             TimeElapsedColumn(), TimeRemainingColumn()]  # fmt: skip
-  return Progress(*columns, refresh_per_second=1)
+  """The training stages' progress bar (specsample.progress), refreshed once a second."""
+  return progress.progress_bar(refresh_per_second=1)
 
 
 def read_json(path: str) -> dict:
@@ -251,6 +241,21 @@ def agreement_by_task(
   scores = {"all": agreement(list(items))}
   for name in sorted({task(item) for item in items}):
     scores[name] = agreement([item for item in items if task(item) == name])
+  return scores
+
+
+def write_validation(
+  work: str, agreement: Callable[[list[T]], dict], items: Sequence[T], task: Callable[[T], str]
+) -> dict[str, dict]:
+  """The train stage's last step: the draft's agreement with the target on the held-out
+  `items`, overall and by task (`agreement_by_task`), logged and written to
+  work/validation.json; jax's compiled programs are then dropped. -> the scores."""
+  import jax
+
+  scores = agreement_by_task(agreement, items, task)
+  log(f"train: validation agreement {json.dumps(scores)}")
+  write_json(os.path.join(work, "validation.json"), scores, indent=1)
+  jax.clear_caches()
   return scores
 
 

@@ -24,7 +24,6 @@ import random
 import time
 from typing import ClassVar
 
-import jax
 import numpy as np
 
 from specsample.data import chat_prompts
@@ -35,7 +34,6 @@ from specsample.train.optim import make_optimizer
 from specsample.train.pipeline import PipelineRun, trained
 from specsample.train.pipeline_data import (
   BUNDLE,
-  agreement_by_task,
   always_kept,
   earlier_training,
   encode,
@@ -49,6 +47,7 @@ from specsample.train.pipeline_data import (
   vocab_coverage,
   write_train_prompts,
   write_training_log,
+  write_validation,
 )
 from specsample.train.resume import load_training_state, save_training_state
 from specsample.train.target_responses import Response
@@ -288,11 +287,8 @@ def stage_train(options: TokenDraftOptions, target: DecoderOnly) -> DecoderOnly:
     )  # fmt: skip
   if finished and os.path.exists(os.path.join(options.work, "validation.json")):
     return draft
-  scores = agreement_by_task(lambda items: dd.agreement(draft, [r for _, r in items]),
-                             validation, task=lambda item: item[0])  # fmt: skip
-  log(f"train: validation agreement {json.dumps(scores)}")
-  write_json(os.path.join(options.work, "validation.json"), scores, indent=1)
-  jax.clear_caches()
+  write_validation(options.work, lambda items: dd.agreement(draft, [r for _, r in items]),
+                   validation, task=lambda item: item[0])  # fmt: skip
   return draft
 
 
