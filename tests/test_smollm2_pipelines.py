@@ -23,6 +23,7 @@ from specsample.train import feature_draft_card as feature_card
 from specsample.train import feature_draft_recipe as fd
 from specsample.train import pipeline_data as sd
 from specsample.train import token_draft_recipe as td
+from specsample.train.feature_draft_options import DEFAULT_STAGES
 from specsample.train.optim import make_optimizer
 from specsample.train.pipeline import run_pipeline
 from specsample.train.resume import load_training_state, save_training_state
@@ -313,7 +314,7 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
     output_vocab=48, train_steps=3, tokens_per_batch=256, checkpoint_dtype="bfloat16",
     train_minutes=1e-6,
   )  # fmt: skip
-  assert fd.DEFAULT_STAGES[:2] == ("vocab", "train") and options.features == "live"
+  assert DEFAULT_STAGES[:2] == ("vocab", "train") and options.features == "live"
   run_pipeline(fd.FeatureDraftRecipe(options))
   train, validation = fd.load_sequences(options, tokenizer)
   assert sorted(s.index for s in train + validation) == list(range(len(prompts)))

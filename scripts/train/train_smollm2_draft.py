@@ -32,7 +32,8 @@ import sys
 
 from specsample.train.pipeline import run_pipeline
 from specsample.train.pipeline_data import StageError
-from specsample.train.token_draft_recipe import TokenDraftOptions, TokenDraftRecipe
+from specsample.train.token_draft_options import TokenDraftOptions
+from specsample.train.token_draft_recipe import TokenDraftRecipe
 
 BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bundled", "smollm2")
 

@@ -37,12 +37,8 @@ import argparse
 import os
 import sys
 
-from specsample.train.feature_draft_recipe import (
-  FEATURE_SOURCES,
-  STAGES,
-  FeatureDraftOptions,
-  FeatureDraftRecipe,
-)
+from specsample.train.feature_draft_options import FEATURE_SOURCES, STAGES, FeatureDraftOptions
+from specsample.train.feature_draft_recipe import FeatureDraftRecipe
 from specsample.train.pipeline import run_pipeline
 from specsample.train.pipeline_data import StageError
 from specsample.train.resume import CHECKPOINT_DTYPES

