@@ -58,9 +58,9 @@ from specsample.train.pipeline import PipelineRun, trained
 from specsample.train.pipeline_data import (
   StageError,
   always_kept,
+  batches_to_generate,
   earlier_training,
   generate_batches,
-  generation_batches,
   log,
   log_export,
   progress_bar,
@@ -99,16 +99,11 @@ def stage_generate(options: FeatureDraftOptions, target, tokenizer) -> None:
   directory = shard_directory(options)
   os.makedirs(directory, exist_ok=True)
   done = {os.path.basename(p)[: -len(".npz")] for p in glob.glob(os.path.join(directory, "*.npz"))}
-  batches = generation_batches(
-    prompts,
-    tokenizer,
-    options.generate_batch,
-    options.seed,
+  todo = batches_to_generate(
+    prompts, tokenizer, options.generate_batch, options.seed,
     batch_id=lambda temperature, start: f"t{temperature:g}-{start:05d}",
-  )
-  todo = [b for b in batches if b[0] not in done]  # fmt: skip
-  log(f"generate: {len(done)} batches done, {len(todo)} to go, "
-      f"{options.generate_minutes} min budget")  # fmt: skip
+    done=done, minutes=options.generate_minutes,
+  )  # fmt: skip
 
   def write(batch_id, temperature, rows, responses):
     path = os.path.join(directory, batch_id + ".npz")

@@ -9,7 +9,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -145,6 +145,23 @@ def generation_batches(
       batches.append((batch_id(temperature, start), temperature, rows[start : start + batch_size]))
   random.Random(seed).shuffle(batches)
   return batches
+
+
+def batches_to_generate(
+  prompts: Sequence[chat_prompts.ChatPrompt],
+  tokenizer,
+  batch_size: int,
+  seed: int,
+  batch_id: Callable[[float, int], str],
+  done: Collection[str],
+  minutes: float,
+) -> list[GenerationBatch]:
+  """`generation_batches` less those whose ids are `done` (a resumed stage), logged with
+  the stage's budget of `minutes`."""
+  batches = generation_batches(prompts, tokenizer, batch_size, seed, batch_id=batch_id)
+  todo = [batch for batch in batches if batch[0] not in done]
+  log(f"generate: {len(done)} batches done, {len(todo)} to go, {minutes} min budget")
+  return todo
 
 
 def generate_batches(

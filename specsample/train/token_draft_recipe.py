@@ -34,10 +34,10 @@ from specsample.train.optim import make_optimizer
 from specsample.train.pipeline import PipelineRun, trained
 from specsample.train.pipeline_data import (
   always_kept,
+  batches_to_generate,
   earlier_training,
   encode,
   generate_batches,
-  generation_batches,
   log,
   log_export,
   progress_bar,
@@ -110,16 +110,11 @@ def stage_generate(options: TokenDraftOptions, target, tokenizer) -> None:
   prompts = chat_prompts.read_jsonl(os.path.join(options.work, "train_prompts.jsonl"))
   path = os.path.join(options.work, "responses.jsonl")
   done = {r["batch"] for r in read_responses(path)}
-  batches = generation_batches(
-    prompts,
-    tokenizer,
-    options.generate_batch,
-    options.seed,
+  todo = batches_to_generate(
+    prompts, tokenizer, options.generate_batch, options.seed,
     batch_id=lambda temperature, start: f"{temperature:g}/{start}",
-  )
-  todo = [b for b in batches if b[0] not in done]  # fmt: skip
-  log(f"generate: {len(done)} batches done, {len(todo)} to go, "
-      f"{options.generate_minutes} min budget")  # fmt: skip
+    done=done, minutes=options.generate_minutes,
+  )  # fmt: skip
   with open(path, "a", encoding="utf-8") as out:
 
     def write(batch_id, temperature, rows, responses):
