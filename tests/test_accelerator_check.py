@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from specsample.bench import accelerator as check
+from specsample.cli import accelerator_check as check
 
 
 def test_accelerator_check_runs_on_cpu_with_tiny_shapes(tmp_path, capsys):

@@ -1,7 +1,8 @@
 """The layering of design.md: imports point downwards only.
 
 core (pure math) <- decoding (the loops) ; core, kernels <- models (behind the contract);
-files (whole-or-nothing writes) sits at the bottom beside core, for every layer that writes;
+files (whole-or-nothing writes) and progress (the progress bar of long work) sit at the
+bottom beside core, for every layer that writes or runs long;
 checkpoints, scaling, data, train, bench, bundled, pairs, eval sit on top; cli and the top-level
 API at the very top. Every `import specsample.X` in a package's files counts, including
 the ones inside functions (a lazy import is still a dependency).
@@ -18,17 +19,29 @@ PACKAGE = pathlib.Path(__file__).parents[1] / "specsample"
 ALLOWED = {
   "core": set(),
   "files": set(),
+  "progress": set(),
   "kernels": set(),
   "decoding": {"core", "kernels"},
   "models": {"core", "kernels"},
   "checkpoints": {"files", "core", "kernels", "models"},
   "scaling": {"core", "decoding", "kernels", "models", "checkpoints"},
   "data": {"files"},
-  "train": {"files", "core", "decoding", "kernels", "models", "checkpoints", "data", "bundled"},
+  "train": {
+    "files",
+    "progress",
+    "core",
+    "decoding",
+    "kernels",
+    "models",
+    "checkpoints",
+    "data",
+    "bundled",
+  },
   "bench": {"files", "core", "decoding", "kernels", "models"},
   "bundled": {"core", "kernels", "models", "checkpoints"},
   "eval": {
     "files",
+    "progress",
     "core",
     "decoding",
     "kernels",
