@@ -69,7 +69,7 @@ def trained(run: PipelineRun, name: str) -> Any:
   if run.draft is None:
     raise StageError(
       f"the {name}'s export stage takes the draft of the train stage of the same run "
-      "(--stages train,export: a finished training resumes from its checkpoint at once)"
+      "(--stages train,export: a finished training loads its checkpoint, it does not train again)"
     )
   return run.draft
 
