@@ -192,6 +192,8 @@ def load_pair(
     dynamic_tree: dynamic trees will be used (a token-level draft; lookup may stay).
     sharded: the models will be placed on a mesh (weights "auto" -> float32).
   """
+  if trees and prompt_lookup:  # said before anything loads
+    raise ValueError("tree drafts need a draft model of its own: drop prompt lookup")
   if target is not None and target.startswith("bundled:"):
     return load_bundled_t5_pair(
       target, draft, dtype=dtype, weights=weights, activations=activations,
@@ -241,8 +243,6 @@ def load_pair(
       "same vocabulary"
     )
   check_tokenizer(tokens, target_model)
-  if trees and prompt_lookup:
-    raise ValueError("tree drafts need a draft model of its own: drop prompt lookup")
   lookup = is_bundled and not trees if prompt_lookup is None else prompt_lookup
   draft_model = with_prompt_lookup(draft_model, target_model, lookup)
   gamma = DEFAULT_GAMMA
@@ -311,8 +311,6 @@ def load_bundled_t5_pair(
     raise ValueError(f"the bundled pair {spec!r} has float32 matrices only: drop weights")
   resolve_activations(activations, "float32")
   target_model, draft_model, vocabulary = bundled.load_t5_pair(dtype=dtype, name=name)
-  if trees and prompt_lookup:
-    raise ValueError("tree drafts need a draft model of its own: drop prompt lookup")
   draft_model = with_prompt_lookup(draft_model, target_model, bool(prompt_lookup))
   title = bundled.TITLES[name]
   if isinstance(draft_model, LookupThenModel):

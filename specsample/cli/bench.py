@@ -135,7 +135,7 @@ def run_bench(args) -> int:
     texts = bench_inputs(
       args.input_file or str(pair_dir("ende") / "test.tsv"), args.num_prompts, args.tasks
     )
-    context = target_context(pair_dir("ende") / "target", args.max_new_tokens)
+    context = target_context("bundled:ende", args.max_new_tokens)
     pair = load_pair(
       "bundled:ende", dtype=args.dtype, weights=args.weights, activations=args.activations
     )

@@ -176,11 +176,10 @@ def write_trace(
 
 
 def run_translate(args) -> int:
-  from specsample.bundled import pair_dir
   from specsample.pairs import load_pair
 
   texts = read_inputs(args.text, None)
-  context = target_context(pair_dir("ende") / "target", args.max_new_tokens)
+  context = target_context("bundled:ende", args.max_new_tokens)
   pair = load_pair("bundled:ende")
   target, draft, vocab = pair.target, pair.draft, pair.tokenizer
   prompts = [vocab.encode(pair.prefix + text) for text in texts]
