@@ -5,7 +5,7 @@ The one native part is built here: the CPU kernel for matrix products with few r
 specsample/kernels/small_k.py). It compiles against the XLA FFI headers that ship in the
 jaxlib wheel (a build requirement in pyproject.toml). It is optional: without a C++17
 compiler the install still succeeds and every product goes to XLA
-(`specsample.kernels.kernel_available()` says which).
+(`specsample.kernels.native.kernel_available()` says which).
 """
 
 import os

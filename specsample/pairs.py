@@ -89,9 +89,9 @@ class Pair:
 
 
 def activations_note(activations: str) -> str:
-  from specsample.kernels import small_k
+  from specsample.kernels import native
 
-  isa = small_k.integer_instruction_set() or "XLA"
+  isa = native.integer_instruction_set() or "XLA"
   if activations == "int8":
     how = f"8 bits per number in blocks of 32, integer dot products: {isa}"
     other = "--activations float32 for float32 arithmetic"
@@ -127,7 +127,7 @@ def resolve_weights(weights: str, target_path: str | None, *, dtype: str, sharde
 def resolve_activations(activations: str, weights: str) -> str:
   """activations "auto" -> "int8" for GGUF blocks where the CPU kernel runs, else
   "float32"; integer activations without blocks are refused."""
-  from specsample.kernels import small_k
+  from specsample.kernels import native
 
   if activations not in ACTIVATIONS:
     raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
@@ -137,7 +137,7 @@ def resolve_activations(activations: str, weights: str) -> str:
       f"on a GGUF file), not --weights {weights}"
     )
   if activations == "auto":
-    return "int8" if weights == "gguf" and small_k.kernel_available() else "float32"
+    return "int8" if weights == "gguf" and native.kernel_available() else "float32"
   return activations
 
 

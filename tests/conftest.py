@@ -9,7 +9,7 @@ import os
 import jax
 import pytest
 
-from specsample.kernels import small_k
+from specsample.kernels import native
 
 # Modules that run TensorFlow data pipelines (seqio / TFDS) in-process. With TensorFlow
 # loaded into the one long pytest process, later XLA compilations crashed it (SIGSEGV /
@@ -73,7 +73,7 @@ def _instruction_sets(names):
     pytest.param(
       name,
       marks=pytest.mark.skipif(
-        name not in small_k.supported_instruction_sets(), reason=f"CPU lacks {name}"
+        name not in native.supported_instruction_sets(), reason=f"CPU lacks {name}"
       ),
     )
     for name in names
@@ -83,12 +83,12 @@ def _instruction_sets(names):
 def _running(name: str):
   """The kernels of instruction set `name` while the test runs, then the process's own."""
   with pytest.MonkeyPatch.context() as patch:
-    patch.setenv(small_k.ISA_VARIABLE, name)
-    small_k._load.cache_clear()
-    assert small_k.instruction_set() == name, small_k.why_not_available()
+    patch.setenv(native.ISA_VARIABLE, name)
+    native.choose_again()
+    assert native.instruction_set() == name, native.why_not_available()
     yield name
-  small_k._load.cache_clear()
-  small_k._load()
+  native.choose_again()
+  native.kernel_available()
 
 
 @pytest.fixture(params=_instruction_sets(("avx512f", "avx2")))

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from specsample import SamplingConfig, generate, speculative_generate
-from specsample.kernels import attention, small_k
+from specsample.kernels import attention, native
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 
 requires_kernel = pytest.mark.skipif(
-  not small_k.kernel_available(), reason=str(small_k.why_not_available())
+  not native.kernel_available(), reason=str(native.why_not_available())
 )
 
 
@@ -143,7 +143,7 @@ def test_bad_operands_are_refused():
 
 
 def test_without_the_kernel_xla_attends(monkeypatch):
-  monkeypatch.setenv(small_k.ENV_VARIABLE, "xla")
+  monkeypatch.setenv(native.ENV_VARIABLE, "xla")
   q, keys, values = _operands(np.random.default_rng(3), 1, 2, 2, 1, 16, 8)
   allowed = np.tril(np.ones((2, 8), bool), 5)[None]
   function = jax.jit(lambda *a: attention.cached_attention(*a, 0.25))  # traced anew

@@ -33,7 +33,7 @@ from specsample import generate, speculative_generate
 from specsample.bundled import smollm2_target_path
 from specsample.checkpoints import load_model
 from specsample.checkpoints.architectures import read_gguf
-from specsample.kernels import blocks, small_k
+from specsample.kernels import blocks, native, small_k
 from specsample.models.weights import weight_bytes
 
 
@@ -96,7 +96,7 @@ def test_what_the_kernel_does_not_take_goes_to_xla(monkeypatch, format):
   tolerance = dict(rtol=1e-5, atol=1e-5 * np.abs(expected).max())
   assert "specsample_small_k" not in jax.jit(blocks.matmul).lower(x, matrix).as_text()
   np.testing.assert_allclose(_jit(blocks.matmul)(x, matrix), expected, **tolerance)
-  monkeypatch.setenv(small_k.ENV_VARIABLE, "xla")
+  monkeypatch.setenv(native.ENV_VARIABLE, "xla")
   assert "specsample_small_k" not in jax.jit(blocks.matmul).lower(x[:3], matrix).as_text()
   np.testing.assert_allclose(_jit(blocks.matmul)(x[:3], matrix), expected[:3], **tolerance)
 

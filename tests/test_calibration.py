@@ -12,7 +12,7 @@ import pytest
 from specsample import api
 from specsample.bench import calibration, tuning
 from specsample.core import SamplingConfig, theoretical_speedup
-from specsample.kernels import small_k
+from specsample.kernels import native
 from specsample.models import MarkovLM
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -102,28 +102,27 @@ def test_real_measurement_of_a_toy_pair():
 
 
 def test_the_machine_is_named_by_the_kernels_instruction_sets(monkeypatch):
-  if not small_k.kernel_available():
-    pytest.skip(str(small_k.why_not_available()))
+  if not native.kernel_available():
+    pytest.skip(str(native.why_not_available()))
   names = set()
   try:
-    for isa in small_k.supported_instruction_sets():
-      monkeypatch.setenv(small_k.ISA_VARIABLE, isa)
-      small_k._load.cache_clear()
+    for isa in native.supported_instruction_sets():
+      monkeypatch.setenv(native.ISA_VARIABLE, isa)
+      native.choose_again()
       name = calibration.machine_id()
       assert f"|{isa}/" in name and f"{os.cpu_count()} cores" in name
       names.add(name)
   finally:
-    monkeypatch.delenv(small_k.ISA_VARIABLE)
-    small_k._load.cache_clear()
-    small_k._load()
-  assert len(names) == len(small_k.supported_instruction_sets())  # costs kept apart
+    monkeypatch.delenv(native.ISA_VARIABLE)
+    native.choose_again()
+    native.kernel_available()
+  assert len(names) == len(native.supported_instruction_sets())  # costs kept apart
 
 
 def test_new_kernels_are_timed_anew(monkeypatch):
   """Costs kept for one build of the kernels are not those of the next (an upgrade's)."""
-  if not small_k.kernel_available():
-    pytest.skip(str(small_k.why_not_available()))
-  from specsample.kernels import native
+  if not native.kernel_available():
+    pytest.skip(str(native.why_not_available()))
 
   before = calibration.machine_id()
   assert f"kernels {native.build_id()}" in before

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specsample import SamplingConfig, generate, speculative_generate
-from specsample.kernels import int8_blocks, small_k
+from specsample.kernels import int8_blocks, native
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.weights import q8_0_blocks, with_q8_0_draft
 
@@ -34,7 +34,7 @@ def test_q8_0_blocks_are_llama_cpp_s():
   np.testing.assert_allclose(np.asarray(dequantized), (q * d).reshape(5, 64), rtol=1e-6)
 
 
-@pytest.mark.skipif(not small_k.kernel_available(), reason=str(small_k.why_not_available()))
+@pytest.mark.skipif(not native.kernel_available(), reason=str(native.why_not_available()))
 def test_a_draft_in_blocks_stays_close_and_greedy_output_stays_the_targets():
   target = DecoderOnly.init_random(CONFIG, seed=0)
   draft = jax.tree.map(lambda w: w + 0.01 * jax.random.normal(jax.random.key(1), w.shape), target)

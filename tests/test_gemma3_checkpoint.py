@@ -14,7 +14,7 @@ import pytest
 
 from specsample import SamplingConfig, generate, load_model, load_tokenizer, speculative_generate
 from specsample.bundled import gemma3_target_path
-from specsample.kernels import small_k
+from specsample.kernels import native
 from specsample.models import DecoderOnly
 from specsample.models.ngram import NGramDraft
 
@@ -217,7 +217,7 @@ def _verify_and_steps(model, head, length, tail):
 
 
 @pytest.mark.skipif(
-  not small_k.kernel_available(), reason=f"the CPU kernel: {small_k.why_not_available()}"
+  not native.kernel_available(), reason=f"the CPU kernel: {native.why_not_available()}"
 )
 def test_8bit_activations_verify_calls_equal_one_token_steps(ours_int8, tokenizer):
   """With 8-bit activations a k-token verify call computes what k one-token steps compute,

@@ -30,7 +30,7 @@ from tiny_gguf import (
 )
 
 from specsample.checkpoints import load_model
-from specsample.kernels import int8_blocks, small_k
+from specsample.kernels import int8_blocks, native
 from specsample.models.weights import activations, block_formats
 
 
@@ -70,6 +70,21 @@ def test_quantize_rows_is_llama_cpp_s_block_quantization():
   assert q[0, 0, :3].tolist() == [127, 0, 2]
 
 
+def _packed_and_x(seed: int, n: int, d: int, format: str, x_rows: int):
+  """A random [n, d] matrix in `format` (tiny_gguf.quantized) packed for 8-bit activations,
+  its float32 values, and x [x_rows, d] standard normal: drawn from one rng in this order."""
+  rng = np.random.default_rng(seed)
+  matrix, values = quantized(rng, n, d, format)
+  packed = int8_blocks.from_gguf_blocks(np.asarray(matrix.blocks), format)
+  x = rng.standard_normal((x_rows, d)).astype(np.float32)
+  return packed, values, x
+
+
+def _reference(x, packed: int8_blocks.Int8BlockMatrix) -> np.ndarray:
+  """The NumPy reference's product of x and the packed matrix."""
+  return int8_blocks.reference_matmul(x, np.asarray(packed.packed), packed.format, packed.rows)
+
+
 @jax.jit
 def _products(x, matrix):
   """In one program (one compilation): the products of the first k rows of x for every
@@ -85,16 +100,14 @@ def _products(x, matrix):
 def test_kernel_equals_the_numpy_reference_bit_for_bit(format, integer_isa):
   # n = 301: a partial last group and thread splits; every row count 1..32: tiles of up
   # to 8 rows and their balanced groups; each row equals the row multiplied alone.
-  rng = np.random.default_rng(1)
   d = 512 if format.endswith("_k") else 320
-  matrix, values = quantized(rng, 301, d, format)
-  packed = int8_blocks.from_gguf_blocks(np.asarray(matrix.blocks), format)
-  x = rng.standard_normal((32, d)).astype(np.float32) * np.linspace(0.01, 30, d, dtype=np.float32)
+  packed, values, x = _packed_and_x(1, 301, d, format, 32)
+  x = x * np.linspace(0.01, 30, d, dtype=np.float32)
   assert (
     "specsample_int8_matmul_" + format in jax.jit(int8_blocks.matmul).lower(x, packed).as_text()
   )
   by_count, alone = _products(x, packed)
-  reference = int8_blocks.reference_matmul(x, np.asarray(packed.packed), format, 301)
+  reference = _reference(x, packed)
   for k, product in enumerate(by_count, start=1):
     np.testing.assert_array_equal(product, reference[:k], err_msg=f"k={k}")
   np.testing.assert_array_equal(alone, reference)
@@ -109,14 +122,8 @@ def test_kernel_equals_the_numpy_reference_bit_for_bit(format, integer_isa):
 def test_a_prefill_s_rows_in_chunks_equal_the_reference(format, integer_isa):
   # 150 rows: the kernel passes over them in chunks of 64 (64, 64, 22; prefills and large
   # batches), each chunk in tiles; every row equals the NumPy reference bit for bit.
-  rng = np.random.default_rng(3)
-  d = 256 if format.endswith("_k") else 96
-  matrix, _ = quantized(rng, 37, d, format)
-  packed = int8_blocks.from_gguf_blocks(np.asarray(matrix.blocks), format)
-  x = rng.standard_normal((150, d)).astype(np.float32)
-  y = jax.jit(int8_blocks.matmul)(x, packed)
-  reference = int8_blocks.reference_matmul(x, np.asarray(packed.packed), format, 37)
-  np.testing.assert_array_equal(y, reference)
+  packed, _, x = _packed_and_x(3, 37, 256 if format.endswith("_k") else 96, format, 150)
+  np.testing.assert_array_equal(jax.jit(int8_blocks.matmul)(x, packed), _reference(x, packed))
 
 
 # Byte offsets of each block's float16 scales (set to small finite numbers); every other
@@ -144,7 +151,7 @@ def test_integer_sums_at_their_limits(format, fill):
   signs = np.where(np.arange(d) % 2 == 0, 1.0, -1.0)
   x = np.stack([np.ones(d), -np.ones(d), signs, -signs]).astype(np.float32)  # q = +-127
   y = jax.jit(int8_blocks.matmul)(x, packed)
-  reference = int8_blocks.reference_matmul(x, np.asarray(packed.packed), format, 20)
+  reference = _reference(x, packed)
   np.testing.assert_array_equal(y, reference)
   assert np.abs(reference).max() > 0
 
@@ -154,39 +161,32 @@ def test_integer_sums_at_their_limits(format, fill):
 def test_every_instruction_set_computes_the_same_numbers(format):
   # Integer sums are exact and the float steps the same: the numbers do not depend on the
   # instruction set (the float32-activation kernels' do).
-  rng = np.random.default_rng(2)
-  d = 256 if format.endswith("_k") else 96
-  matrix, _ = quantized(rng, 40, d, format)
-  packed = int8_blocks.from_gguf_blocks(np.asarray(matrix.blocks), format)
-  x = rng.standard_normal((5, d)).astype(np.float32)
+  packed, _, x = _packed_and_x(2, 40, 256 if format.endswith("_k") else 96, format, 5)
   by_isa = {}
   try:
-    for isa in small_k.supported_instruction_sets():
+    for isa in native.supported_instruction_sets():
       with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(small_k.ISA_VARIABLE, isa)
-        small_k._load.cache_clear()
+        patch.setenv(native.ISA_VARIABLE, isa)
+        native.choose_again()
         product = jax.jit(lambda x, m: int8_blocks.matmul(x, m))  # traced anew: this isa
-        by_isa[small_k.integer_instruction_set()] = np.asarray(product(x, packed))
+        by_isa[native.integer_instruction_set()] = np.asarray(product(x, packed))
   finally:
-    small_k._load.cache_clear()
-    small_k._load()
-  assert len(by_isa) == len(small_k.supported_instruction_sets())
+    native.choose_again()
+    native.kernel_available()
+  assert len(by_isa) == len(native.supported_instruction_sets())
   for isa, y in by_isa.items():
-    np.testing.assert_array_equal(y, by_isa[small_k.integer_instruction_set()], err_msg=isa)
+    np.testing.assert_array_equal(y, by_isa[native.integer_instruction_set()], err_msg=isa)
 
 
 @pytest.mark.parametrize("format", ["q8_0", "q4_1", "q6_k"])
 def test_without_the_kernel_xla_computes_the_same_arithmetic(monkeypatch, format):
-  rng = np.random.default_rng(4)
   d = 256 if format.endswith("_k") else 64
-  matrix, _ = quantized(rng, 48, d, format)
-  packed = int8_blocks.from_gguf_blocks(np.asarray(matrix.blocks), format)
-  x = rng.standard_normal((70, d)).astype(np.float32)  # more rows than one call takes
-  reference = int8_blocks.reference_matmul(x, np.asarray(packed.packed), format, 48)
+  packed, _, x = _packed_and_x(4, 48, d, format, 70)  # more rows than one call takes
+  reference = _reference(x, packed)
   tolerance = dict(rtol=1e-5, atol=1e-5 * np.abs(reference).max())
-  if small_k.kernel_available():  # 70 rows: calls of small_k.MAX_ROWS rows
+  if native.kernel_available():  # 70 rows: calls of small_k.MAX_ROWS rows
     np.testing.assert_array_equal(jax.jit(int8_blocks.matmul)(x, packed), reference)
-  monkeypatch.setenv(small_k.ENV_VARIABLE, "xla")
+  monkeypatch.setenv(native.ENV_VARIABLE, "xla")
   product = jax.jit(lambda x, m: int8_blocks.matmul(x, m))  # traced anew: the kernel is off
   assert "specsample_int8" not in product.lower(x, packed).as_text()
   np.testing.assert_allclose(product(x, packed), reference, **tolerance)

@@ -20,10 +20,10 @@ import pytest
 
 from specsample.kernels import native, small_k
 
-CPU_ISAS = small_k.supported_instruction_sets()  # () when the extension is not built
+CPU_ISAS = native.supported_instruction_sets()  # () when the extension is not built
 
 requires_kernel = pytest.mark.skipif(
-  small_k.why_not_available() == small_k.CPU_LACKS_ISA, reason=small_k.CPU_LACKS_ISA
+  native.why_not_available() == native.CPU_LACKS_ISA, reason=native.CPU_LACKS_ISA
 )
 
 
@@ -49,14 +49,14 @@ def _hlo(function, *args) -> str:
 def test_kernel_is_built_here(monkeypatch):
   # CI builds it (pip install -e . compiles setup.py's extension); a silent fallback to XLA
   # would leave every other test here testing XLA against itself.
-  assert small_k.kernel_available(), small_k.why_not_available()
-  monkeypatch.delenv(small_k.ISA_VARIABLE, raising=False)
-  small_k._load.cache_clear()
+  assert native.kernel_available(), native.why_not_available()
+  monkeypatch.delenv(native.ISA_VARIABLE, raising=False)
+  native.choose_again()
   try:
-    assert small_k.instruction_set() == CPU_ISAS[0]  # the best this CPU has
+    assert native.instruction_set() == CPU_ISAS[0]  # the best this CPU has
   finally:
     monkeypatch.undo()
-    small_k._load.cache_clear()
+    native.choose_again()
 
 
 @requires_kernel
@@ -65,13 +65,13 @@ def test_the_instruction_set_variable_is_read_when_the_kernel_is_loaded():
   # AVX-512 CPU), from the first product on.
   script = (
     "import numpy as np, jax\n"
-    "from specsample.kernels import small_k\n"
+    "from specsample.kernels import native, small_k\n"
     "x, w = np.ones((5, 40), np.float32), np.ones((40, 24), np.float32)\n"
     "assert np.array_equal(jax.jit(small_k.matmul)(x, w), x @ w)\n"
-    "print(small_k.instruction_set(), small_k.supported_instruction_sets())\n"
+    "print(native.instruction_set(), native.supported_instruction_sets())\n"
   )
-  env = {**os.environ, small_k.ISA_VARIABLE: "avx2"}
-  env.pop(small_k.ENV_VARIABLE, None)
+  env = {**os.environ, native.ISA_VARIABLE: "avx2"}
+  env.pop(native.ENV_VARIABLE, None)
   done = subprocess.run(
     [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
   )
@@ -82,25 +82,25 @@ def test_the_instruction_set_variable_is_read_when_the_kernel_is_loaded():
 @requires_kernel
 def test_the_instruction_set_variable_refuses_what_it_cannot_give(monkeypatch):
   try:
-    monkeypatch.setenv(small_k.ISA_VARIABLE, "sse2")
-    small_k._load.cache_clear()
+    monkeypatch.setenv(native.ISA_VARIABLE, "sse2")
+    native.choose_again()
     with pytest.raises(ValueError, match="SPECSAMPLE_SMALL_K_ISA='sse2'"):
-      small_k.kernel_available()
+      native.kernel_available()
     for value in ("", "auto"):
-      monkeypatch.setenv(small_k.ISA_VARIABLE, value)
-      small_k._load.cache_clear()
-      assert small_k.instruction_set() == CPU_ISAS[0]
+      monkeypatch.setenv(native.ISA_VARIABLE, value)
+      native.choose_again()
+      assert native.instruction_set() == CPU_ISAS[0]
     if "avx512f" not in CPU_ISAS:  # insisting on AVX-512 leaves every product to XLA
-      monkeypatch.setenv(small_k.ISA_VARIABLE, "avx512f")
-      small_k._load.cache_clear()
-      assert not small_k.kernel_available()
-      assert "SPECSAMPLE_SMALL_K_ISA=avx512f" in small_k.why_not_available()
+      monkeypatch.setenv(native.ISA_VARIABLE, "avx512f")
+      native.choose_again()
+      assert not native.kernel_available()
+      assert "SPECSAMPLE_SMALL_K_ISA=avx512f" in native.why_not_available()
       x, w = np.ones((3, 8), np.float32), np.ones((8, 5), np.float32)
       assert "specsample_small_k" not in _hlo(small_k.matmul, x, w)
   finally:
     monkeypatch.undo()
-    small_k._load.cache_clear()
-    small_k._load()
+    native.choose_again()
+    native.kernel_available()
 
 
 @requires_kernel
@@ -117,8 +117,8 @@ def test_the_handlers_refuse_to_run_without_an_instruction_set():
     with pytest.raises((ValueError, jax.errors.JaxRuntimeError), match="no AVX-512 or AVX2"):
       jax.block_until_ready(product(x, w))
   finally:
-    small_k._load.cache_clear()
-    small_k._load()  # the process's own choice again
+    native.choose_again()
+    native.kernel_available()  # the process's own choice again
   np.testing.assert_array_equal(product(x, w), x @ w)
 
 
@@ -145,8 +145,8 @@ def test_matmul_matches_product_for_every_row_count(rows, isa):
 
 
 def test_row_limits_stay_within_what_the_kernels_take():
-  assert set(small_k._ROW_LIMITS) == set(small_k._ISA_CODES)
-  for rows, rows_transposed in small_k._ROW_LIMITS.values():
+  assert set(small_k.ROW_LIMITS) == set(native.ISA_CODES)
+  for rows, rows_transposed in small_k.ROW_LIMITS.values():
     assert 1 <= rows <= small_k.MAX_ROWS  # kMaxRows in small_k_matmul.h
     assert 1 <= rows_transposed <= small_k.MAX_ROWS_TRANSPOSED <= small_k.MAX_ROWS
 
@@ -227,10 +227,10 @@ def test_products_the_kernel_does_not_take_go_to_xla(monkeypatch, isa):
   half = jnp.asarray(many[:4], jnp.bfloat16)  # not float32
   assert "specsample_small_k" not in _hlo(small_k.matmul, half, jnp.asarray(w, jnp.bfloat16))
   few = many[:4]
-  monkeypatch.setenv(small_k.ENV_VARIABLE, "xla")
+  monkeypatch.setenv(native.ENV_VARIABLE, "xla")
   assert "specsample_small_k" not in _hlo(small_k.matmul, few, w)
   assert "specsample_small_k" not in _hlo(small_k.matmul_transposed, few, w.T)
-  monkeypatch.delenv(small_k.ENV_VARIABLE)
+  monkeypatch.delenv(native.ENV_VARIABLE)
   assert "specsample_small_k_matmul" in _hlo(small_k.matmul, few, w)
 
 
@@ -319,7 +319,7 @@ def test_models_give_the_same_logits_with_the_kernel(family, monkeypatch, isa):
   if config.tie_word_embeddings:  # the output layer reads the [vocab, d] embedding as it
     assert "f32[64,500]" not in hlo  # lies: no transposed copy of it per call
   ours = extend(model, tokens)
-  monkeypatch.setenv(small_k.ENV_VARIABLE, "xla")
+  monkeypatch.setenv(native.ENV_VARIABLE, "xla")
   extend_xla = _extend_logits(model, tokens)
   assert "specsample_small_k" not in extend_xla.lower(model, tokens).as_text()
   xla = extend_xla(model, tokens)
@@ -348,17 +348,15 @@ def test_without_the_extension_every_product_goes_to_xla(monkeypatch):
     return None if name == native.EXTENSION else real_find_spec(name, *args)
 
   monkeypatch.setattr(native.importlib.util, "find_spec", find_spec)
-  native._load.cache_clear()
-  small_k._load.cache_clear()
+  native.choose_again()
   try:
-    assert not small_k.kernel_available()
-    assert "not built" in small_k.why_not_available()
+    assert not native.kernel_available()
+    assert "not built" in native.why_not_available()
     x, w = np.ones((3, 8), np.float32), np.ones((8, 5), np.float32)
     assert not small_k.uses_kernel(x.shape, x.dtype, w.dtype)
     assert "specsample_small_k" not in _hlo(small_k.matmul, x, w)
     np.testing.assert_allclose(jax.jit(lambda a, b: small_k.matmul(a, b))(x, w), x @ w)
   finally:
     monkeypatch.undo()
-    native._load.cache_clear()
-    small_k._load.cache_clear()  # registers the targets again (idempotent)
-  assert "not built" not in (small_k.why_not_available() or "")
+    native.choose_again()  # registers the targets again (idempotent)
+  assert "not built" not in (native.why_not_available() or "")

@@ -29,7 +29,7 @@ from tiny_gguf import (
 )
 
 from specsample.checkpoints import load_model
-from specsample.kernels import decoder_layer, int8_blocks, small_k
+from specsample.kernels import decoder_layer, int8_blocks, native
 from specsample.models.weights import activations
 
 
@@ -86,9 +86,9 @@ def test_without_the_kernel_xla_computes_two_passes(monkeypatch, format):
   _, two, _ = _both(rng, format, 48, 64)
   x = rng.standard_normal((70, 64)).astype(np.float32)  # more rows than one kernel call takes
   reference = int8_blocks.reference_matmul(x, np.asarray(two.packed), format, 48, passes=2)
-  if small_k.kernel_available():
+  if native.kernel_available():
     np.testing.assert_array_equal(jax.jit(int8_blocks.matmul)(x, two), reference)
-  monkeypatch.setenv(small_k.ENV_VARIABLE, "xla")
+  monkeypatch.setenv(native.ENV_VARIABLE, "xla")
   product = jax.jit(lambda x, m: int8_blocks.matmul(x, m))  # traced anew: the kernel is off
   assert "specsample_int8" not in product.lower(x, two).as_text()
   tolerance = dict(rtol=1e-5, atol=1e-5 * np.abs(reference).max())
@@ -115,7 +115,7 @@ def test_a_gguf_model_with_activations_in_two_passes(tmp_path):
   assert activations(two) == "int8x2" and activations(one) == "int8"
   assert two.config.cache_dtype == "bfloat16"  # as under one pass
   layer = two.params["blocks_0"]
-  assert decoder_layer.applies(two.config, layer) == small_k.kernel_available()
+  assert decoder_layer.applies(two.config, layer) == native.kernel_available()
   assert all(layer[name]["kernel"].passes == 2 for name in decoder_layer.PROJECTIONS)
   tokens = jnp.asarray(np.random.default_rng(4).integers(3, LARGE["vocab"], (2, 5)), jnp.int32)
   reference = extend_logits(exact, tokens)
@@ -142,4 +142,4 @@ def test_accelerators_lower_the_two_pass_layer_to_xla(tmp_path):
   tokens = jnp.ones((1, 3), jnp.int32)
   for platform in ("tpu", "cpu"):
     text = step.trace(model, state, tokens).lower(lowering_platforms=(platform,)).as_text()
-    assert ("specsample_int8" in text) == (platform == "cpu" and small_k.kernel_available())
+    assert ("specsample_int8" in text) == (platform == "cpu" and native.kernel_available())

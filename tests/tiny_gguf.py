@@ -12,7 +12,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from specsample import SamplingConfig, generate, speculative_generate
-from specsample.kernels import blocks, small_k
+from specsample.kernels import blocks, native
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 
 # Tiny llama shapes per block size: K-quants pack 256 values per block, so their rows are
@@ -150,7 +150,7 @@ FORMATS = {
 }
 GREEDY = SamplingConfig(temperature=0.0)
 requires_kernel = pytest.mark.skipif(
-  not small_k.kernel_available(), reason=str(small_k.why_not_available())
+  not native.kernel_available(), reason=str(native.why_not_available())
 )
 
 

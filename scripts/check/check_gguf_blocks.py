@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample.bench.timing import interleaved_medians
-from specsample.kernels import blocks, small_k
+from specsample.kernels import blocks, native, small_k
 
 ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
@@ -101,13 +101,13 @@ def main() -> None:
   parser.add_argument("--repeats", type=int, default=9)
   parser.add_argument("--out", help="write the results as JSON here")
   args = parser.parse_args()
-  if not small_k.kernel_available():
-    raise SystemExit(f"the small-k kernel is not available: {small_k.why_not_available()}")
+  if not native.kernel_available():
+    raise SystemExit(f"the small-k kernel is not available: {native.why_not_available()}")
   kept = kept_matrices(args.path)
   if not kept:
     raise SystemExit(f"{args.path}: no matrix in {', '.join(blocks.FORMATS)}")
   rng = np.random.default_rng(0)
-  record = {"path": args.path, "instruction_set": small_k.instruction_set(), "formats": {}}
+  record = {"path": args.path, "instruction_set": native.instruction_set(), "formats": {}}
   for format, matrices in sorted(kept.items()):
     shapes = collections.Counter(values.shape for _, _, values in matrices)
     checked = check(format, matrices, rng)

@@ -60,7 +60,7 @@ def main() -> int:
   from specsample.bench.run import cpu_model
   from specsample.bundled import smollm2_target_path
   from specsample.checkpoints import load_model, load_tokenizer
-  from specsample.kernels import small_k
+  from specsample.kernels import native
 
   path = smollm2_target_path()
   if path is None:
@@ -146,7 +146,7 @@ def main() -> int:
   print(
     f"SmolLM2-135M-Instruct Q4_1 GGUF, {len(prompts)} prompts, the exact model's greedy "
     f"responses (up to {args.max_new_tokens} tokens, {summary['positions']} positions); "
-    f"{args.activations} kernels: {small_k.integer_instruction_set()}, its cache: "
+    f"{args.activations} kernels: {native.integer_instruction_set()}, its cache: "
     f"{models['int8'].config.cache_dtype or models['int8'].config.dtype}"
   )
   print(f"| KL(exact || {args.activations}) mean | median | 99th percentile | max | "

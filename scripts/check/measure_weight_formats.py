@@ -29,7 +29,7 @@ import numpy as np
 
 from specsample import SamplingConfig, bundled, generate, speculative_generate
 from specsample.bench.timing import interleaved_medians, measured_speedup, seconds_per_token
-from specsample.kernels import blocks, small_k
+from specsample.kernels import blocks, native, small_k
 from specsample.models.weights import weight_bytes, with_weight_dtype
 
 FORMATS = ("float32", "bfloat16", "gguf")
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
   pairs = {fmt: load_pair(fmt) for fmt in FORMATS}  # each read once, for both parts
   rows = range(1, args.max_rows + 1)
   products = measure_products({fmt: pair[0] for fmt, pair in pairs.items()}, rows, args.repeats)
-  print(f"products of one token (30 layers + output layer), ms [r(k)], {small_k.instruction_set()}")
+  print(f"products of one token (30 layers + output layer), ms [r(k)], {native.instruction_set()}")
   print("k  " + "".join(f"{fmt:>18}" for fmt in FORMATS))
   for k in rows:
     cells = "".join(
@@ -168,7 +168,7 @@ def main(argv=None) -> int:
       f"{row['tokens_per_target_call']:.2f} tokens/call | identical {row['identical_prompts']}"
     )
   if args.out:
-    result = {"products": products, "decoding": decoding, "isa": small_k.instruction_set()}
+    result = {"products": products, "decoding": decoding, "isa": native.instruction_set()}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
   return 0
 

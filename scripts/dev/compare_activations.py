@@ -27,7 +27,7 @@ from specsample import SamplingConfig, generate, speculative_generate
 from specsample.bench.pair import pad_to_width
 from specsample.bench.timing import time_calls
 from specsample.data.chat_prompts import build_prompts
-from specsample.kernels import small_k
+from specsample.kernels import native
 from specsample.pairs import load_pair
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -73,7 +73,7 @@ def main() -> int:
   print(
     f"{len(chats)} held-out prompts padded to {width} tokens, gamma {args.gamma}, "
     f"{args.max_new_tokens} new tokens, medians of {args.repeats}; integer kernels: "
-    f"{small_k.integer_instruction_set()}"
+    f"{native.integer_instruction_set()}"
   )
   print("| arithmetic | plain ms/token | speculative ms/token | speedup | tokens per target call "
         "| plain / first's | speculative / first's | speculative output = plain |")  # fmt: skip

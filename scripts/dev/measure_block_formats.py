@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specsample.bench.timing import interleaved_medians
-from specsample.kernels import blocks, int8_blocks, small_k
+from specsample.kernels import blocks, int8_blocks, native, small_k
 
 # The float16 fields of each block format (byte offsets): scales and minimums kept finite.
 _HALVES = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q4_k": (0, 2), "q6_k": (208,)}
@@ -66,8 +66,8 @@ def main() -> None:
   )
   parser.add_argument("--out", help="write the table as JSON here")
   args = parser.parse_args()
-  if not small_k.kernel_available():
-    raise SystemExit(f"the small-k kernel is not available: {small_k.why_not_available()}")
+  if not native.kernel_available():
+    raise SystemExit(f"the small-k kernel is not available: {native.why_not_available()}")
   n, d = (int(v) for v in args.shape.split("x"))
   for format in args.formats:
     base = format.removesuffix(":int8")
@@ -97,7 +97,7 @@ def main() -> None:
     f: (m[0].nbytes if hasattr(m[0], "format") else m[0].size * m[0].dtype.itemsize)
     for f, m in matrices.items()
   }
-  print(f"[{n}, {d}] x {copies} matrices, {small_k.instruction_set()}; ms per product [GB/s] r(k)")
+  print(f"[{n}, {d}] x {copies} matrices, {native.instruction_set()}; ms per product [GB/s] r(k)")
   print("k  " + "".join(f"{f:>22}" for f in args.formats))
   table = {}
   for k in args.k:
@@ -119,7 +119,7 @@ def main() -> None:
       "copies": copies,
       "stored_bytes": stored,
       "ms": {str(k): row for k, row in table.items()},
-      "instruction_set": small_k.instruction_set(),
+      "instruction_set": native.instruction_set(),
       "devices": str(jax.devices()),
     }
     with open(args.out, "w") as f:

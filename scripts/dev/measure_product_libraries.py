@@ -217,7 +217,7 @@ def main(argv=None) -> int:
   if rows[0] != 1:
     parser.error("--k must include 1 (r(k) = t(k) / t(1))")
   from specsample.bench.run import cpu_model
-  from specsample.kernels import small_k
+  from specsample.kernels import native
 
   table = {}
   print("ours (JAX + the small-k kernel) ...", flush=True)
@@ -239,7 +239,7 @@ def main(argv=None) -> int:
       "rows": rows,
       "threads": args.threads,
       "repeats": args.repeats,
-      "isa": small_k.instruction_set(),
+      "isa": native.instruction_set(),
       "cpu": cpu_model(),
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.kernels import small_k
+from specsample.kernels import native, small_k
 
 
 def _chain(product):
@@ -40,9 +40,9 @@ def _chain(product):
 
 
 def _traced_with(setting: str, program, *args):
-  os.environ[small_k.ENV_VARIABLE] = setting  # read while tracing: compile now
+  os.environ[native.ENV_VARIABLE] = setting  # read while tracing: compile now
   jax.block_until_ready(program(*args))
-  os.environ.pop(small_k.ENV_VARIABLE)
+  os.environ.pop(native.ENV_VARIABLE)
   return program
 
 
@@ -61,14 +61,14 @@ def main() -> None:
     "--bfloat16", action="store_true", help="also the kernels with bfloat16 weights"
   )
   args = parser.parse_args()
-  if not small_k.kernel_available():
-    raise SystemExit(f"the kernel is not available: {small_k.why_not_available()}")
+  if not native.kernel_available():
+    raise SystemExit(f"the kernel is not available: {native.why_not_available()}")
   if args.all_rows:
-    small_k._ROW_LIMITS = dict.fromkeys(small_k._ROW_LIMITS, (small_k.MAX_ROWS, small_k.MAX_ROWS))
+    small_k.ROW_LIMITS = dict.fromkeys(small_k.ROW_LIMITS, (small_k.MAX_ROWS, small_k.MAX_ROWS))
 
   rng = np.random.default_rng(0)
   print(
-    f"jax {jax.__version__}, {small_k.instruction_set()} kernels; ms per product, medians of "
+    f"jax {jax.__version__}, {native.instruction_set()} kernels; ms per product, medians of "
     f"{args.repeats} interleaved runs"
   )
   bf16_columns = " kernel bf16 | transposed kernel bf16 |" if args.bfloat16 else ""

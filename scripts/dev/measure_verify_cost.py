@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from specsample.bench import time_call
-from specsample.kernels import small_k
+from specsample.kernels import native
 from specsample.models import decoder_only
 from specsample.models.t5 import T5, preset
 
@@ -61,7 +61,7 @@ def main() -> None:
   prompts = jnp.ones((args.batch, args.encoder_length), jnp.int32)
   lengths = jnp.full((args.batch,), args.encoder_length, jnp.int32)
   state, _ = jax.jit(lambda m: m.init_state(prompts, lengths, args.cache_length))(model)
-  matmul = f"{small_k.instruction_set()} kernel" if small_k.kernel_available() else "XLA"
+  matmul = f"{native.instruction_set()} kernel" if native.kernel_available() else "XLA"
   variants = {f"default ({matmul} products)": ({}, "auto")}
   for option in args.option:
     name, _, value = option.partition("=")
@@ -85,10 +85,10 @@ def main() -> None:
   print("|---|---|---|---|---|")
   medians = {(label, k): [] for label in variants for k in args.k}
   for label, extend in extends.items():  # compile every program first
-    os.environ[small_k.ENV_VARIABLE] = variants[label][1]  # read while tracing
+    os.environ[native.ENV_VARIABLE] = variants[label][1]  # read while tracing
     for k in args.k:
       jax.block_until_ready(extend(model, state, jnp.ones((args.batch, k), jnp.int32)))
-  os.environ.pop(small_k.ENV_VARIABLE)
+  os.environ.pop(native.ENV_VARIABLE)
   for _ in range(args.repeats):  # interleaved: one run of each program per round
     for label, extend in extends.items():
       for k in args.k:

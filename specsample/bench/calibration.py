@@ -70,7 +70,7 @@ def machine_id() -> str:
   device = jax.devices()[0]
   if device.platform != "cpu":
     return f"{device.platform}:{device.device_kind}:{jax.device_count()}|jax {jax.__version__}"
-  from specsample.kernels import native, small_k
+  from specsample.kernels import native
 
   model = platform.processor() or platform.machine()
   try:
@@ -79,8 +79,8 @@ def machine_id() -> str:
     model = names[0] if names else model
   except OSError:
     pass
-  isa = small_k.instruction_set() if small_k.kernel_available() else None
-  integer = small_k.integer_instruction_set() if isa else None
+  isa = native.instruction_set() if native.kernel_available() else None
+  integer = native.integer_instruction_set() if isa else None
   build = f"kernels {native.build_id()}" if isa else "no kernels"
   cores = f"{os.cpu_count()} cores"
   return f"{model}|{isa or 'xla'}/{integer or '-'}|{build}|{cores}|jax {jax.__version__}"

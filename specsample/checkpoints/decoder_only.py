@@ -24,6 +24,7 @@ from specsample.checkpoints.formats.safetensors import write_safetensors
 from specsample.files import FileSet
 from specsample.kernels.blocks import BlockMatrix, from_numpy
 from specsample.kernels.int8_blocks import Int8BlockMatrix, from_gguf_blocks
+from specsample.kernels.matrices import is_block_matrix
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.models.decoder_only.network import parameter_shapes
 
@@ -104,7 +105,7 @@ def params_from_hf(
   expected = parameter_shapes(config)
   flat: dict[str, np.ndarray] = {}
   if shared_embedding is not None:
-    shared = isinstance(shared_embedding, (BlockMatrix, Int8BlockMatrix))
+    shared = is_block_matrix(shared_embedding)
     flat["embed/embedding"] = shared_embedding if shared else np.asarray(shared_embedding)
   names: dict[str, tuple[str, bool]] = {}  # our path -> (HF name, transposed)
   for name, tensor in tensors.items():
@@ -136,7 +137,7 @@ def params_from_hf(
   tree: dict = {}
   for path, shape in expected.items():
     value = flat[path]
-    kept = isinstance(value, (BlockMatrix, Int8BlockMatrix))
+    kept = is_block_matrix(value)
     name, transposed = names.get(path, ("the shared embedding", False))
     have = value.shape if kept or not transposed else value.T.shape  # HF order
     need = shape[::-1] if transposed else shape

@@ -1,5 +1,8 @@
 """Hand-written compute kernels behind plain array functions (no models, no flax).
 
+- `native`: the C++ library setup.py builds, loaded once; it picks the instruction set
+  (`kernel_available()`, `instruction_set()`, `why_not_available()`) and registers every
+  op's XLA FFI targets. One module per op follows.
 - `small_k`: `matmul(x, w)` and `matmul_transposed(x, e)` for products with few rows
   (decoding and verification): XLA FFI kernels on CPUs with AVX-512 or AVX2 + FMA that
   stream the weights at memory speed, XLA's own product everywhere else; `row_sums(x)`
@@ -10,26 +13,29 @@
 - `int8_blocks`: `Int8BlockMatrix`, the same blocks repacked for 8-bit activations, and
   `int8_blocks.matmul(x, matrix)`: activations quantized per row in blocks of 32, integer
   dot products (AVX-512 VNNI, AVX-VNNI, AVX2), as llama.cpp computes.
+- `matrices`: `WeightMatrix`, what a layer asks of a weight matrix (`matmul`, `take_rows`,
+  `nbytes`), which the plain arrays (wrapped by layout), `BlockMatrix` and
+  `Int8BlockMatrix` all give: `weight_matrix(kernel).matmul(x)`.
 """
 
 from specsample.kernels.blocks import BlockMatrix
 from specsample.kernels.int8_blocks import Int8BlockMatrix
+from specsample.kernels.matrices import BLOCK_MATRICES, WeightMatrix, weight_matrix
+from specsample.kernels.native import (
+  instruction_set,
+  kernel_available,
+  supported_instruction_sets,
+  why_not_available,
+)
 from specsample.kernels.small_k import (
   MAX_ROWS,
   MAX_ROWS_TRANSPOSED,
-  instruction_set,
-  kernel_available,
   matmul,
   matmul_transposed,
   row_limit,
   row_sums,
-  supported_instruction_sets,
   uses_kernel,
-  why_not_available,
 )
-
-# The matrices kept in GGUF blocks, either arithmetic.
-BLOCK_MATRICES = (BlockMatrix, Int8BlockMatrix)
 
 __all__ = [
   "BLOCK_MATRICES",
@@ -37,6 +43,7 @@ __all__ = [
   "Int8BlockMatrix",
   "MAX_ROWS",
   "MAX_ROWS_TRANSPOSED",
+  "WeightMatrix",
   "instruction_set",
   "kernel_available",
   "matmul",
@@ -45,5 +52,6 @@ __all__ = [
   "row_sums",
   "supported_instruction_sets",
   "uses_kernel",
+  "weight_matrix",
   "why_not_available",
 ]

@@ -14,13 +14,12 @@ entries biased by -1e10.
 from __future__ import annotations
 
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.kernels import small_k
+from specsample.kernels import native
 
 _TARGET = "specsample_cached_attention"
 MASK_BIAS = -1e10  # additive bias of masked positions in the XLA version (T5X's value)
@@ -51,11 +50,10 @@ def uses_kernel(queries: jax.Array, keys: jax.Array, values: jax.Array | None = 
   float32 queries over float32 or bfloat16 caches (or bfloat16's bits; values as keys,
   None: the same)."""
   values = keys if values is None else values
-  isa = small_k.instruction_set()
+  isa = native.instruction_set()
   lanes = 16 if isa == "avx512f" else 8
   return (
-    os.environ.get(small_k.ENV_VARIABLE, "auto") != "xla"
-    and isa is not None
+    native.enabled()
     and queries.dtype == jnp.float32
     and keys.dtype in (jnp.float32, jnp.bfloat16, BFLOAT16_BITS)
     and values.dtype == keys.dtype

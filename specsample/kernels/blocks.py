@@ -28,13 +28,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.kernels import small_k
+from specsample.kernels import native, small_k
 
 # Bytes (ggml's block_q*) and weights per block.
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q4_k": 144, "q6_k": 210}
@@ -166,12 +165,7 @@ def take_rows(matrix: BlockMatrix, ids: jax.Array) -> jax.Array:
 def uses_kernel(x_shape: tuple[int, ...], x_dtype) -> bool:
   """Whether a product with these x takes the kernel on CPU (decided at trace time)."""
   rows = math.prod(x_shape[:-1])
-  return (
-    os.environ.get(small_k.ENV_VARIABLE, "auto") != "xla"
-    and jnp.dtype(x_dtype) == jnp.float32
-    and small_k.kernel_available()
-    and 1 <= rows <= BLOCK_ROW_LIMIT
-  )
+  return native.enabled() and jnp.dtype(x_dtype) == jnp.float32 and 1 <= rows <= BLOCK_ROW_LIMIT
 
 
 def _kernel_call(rows: jax.Array, matrix: BlockMatrix) -> jax.Array:

@@ -23,13 +23,12 @@ operations.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.kernels import attention, int8_blocks, small_k
+from specsample.kernels import attention, int8_blocks, native
 
 FORMAT_CODES = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q5_0": 3, "q4_k": 4, "q6_k": 5}
 PROJECTIONS = ("query", "key", "value", "out", "gate", "up", "down")
@@ -39,8 +38,7 @@ def applies(config, params) -> bool:
   """Whether a decoder layer of `config` with `params` (its variables' "params": the
   projections' kernels, the norms' scales) takes the fused 8-bit path (at trace time)."""
   if (
-    os.environ.get(small_k.ENV_VARIABLE, "auto") == "xla"
-    or not small_k.kernel_available()
+    not native.enabled()
     or config.dtype != "float32"
     or config.qkv_bias
     or config.out_bias
@@ -48,7 +46,7 @@ def applies(config, params) -> bool:
     or config.qk_norm
   ):
     return False
-  lanes = 16 if small_k.instruction_set() == "avx512f" else 8
+  lanes = 16 if native.instruction_set() == "avx512f" else 8
   widths = (config.d_model, config.num_heads * config.head_dim, config.mlp_dim)
   if any(width % 32 for width in widths) or config.head_dim % lanes:
     return False

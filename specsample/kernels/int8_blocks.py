@@ -42,13 +42,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.kernels import small_k
+from specsample.kernels import native, small_k
 from specsample.kernels.blocks import BLOCK_BYTES, BLOCK_WEIGHTS, FORMATS
 
 GROUP_ROWS = 16  # rows of W side by side in the packed layout
@@ -548,11 +547,7 @@ def reference_matmul(
 
 def uses_kernel(x_dtype) -> bool:
   """Whether a product with x of this dtype takes the kernel on CPU (decided at trace time)."""
-  return (
-    os.environ.get(small_k.ENV_VARIABLE, "auto") != "xla"
-    and jnp.dtype(x_dtype) == jnp.float32
-    and small_k.kernel_available()
-  )
+  return native.enabled() and jnp.dtype(x_dtype) == jnp.float32
 
 
 def xla_matmul(x: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:

@@ -3,9 +3,10 @@ mask bias (the cache and its writes: models.kv_cache).
 
 Kernels are stored [in, out] (T5X's layout; Hugging Face [out, in] matrices are
 transposed when read; a GGUF matrix kept in blocks, `kernels.blocks.BlockMatrix`, stays
-[out, in]). Every product with a weight matrix goes through `dense` /
-`dense_transposed`, which take specsample.kernels' CPU kernel for the few-row products of
-decoding and verification where it applies, and XLA's product elsewhere.
+[out, in]). Every product with a weight matrix goes through `dense` / `dense_transposed`,
+which ask the matrix to multiply itself (`kernels.matrices.WeightMatrix`): its form takes
+specsample.kernels' CPU kernel for the few-row products of decoding and verification
+where it applies, and XLA's product elsewhere.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specsample.kernels import BLOCK_MATRICES, small_k
+from specsample.kernels import small_k
+from specsample.kernels.matrices import is_block_matrix, weight_matrix
 
 MASK_BIAS = -1e10  # additive bias of masked attention positions (T5X's value)
 
@@ -22,22 +24,17 @@ MASK_BIAS = -1e10  # additive bias of masked attention positions (T5X's value)
 def dense(x: jax.Array, kernel) -> jax.Array:
   """x @ kernel over the last axis.  [..., in] x [in, out] -> [..., out].
 
-  kernel may also be a block matrix (`kernels.BLOCK_MATRICES`: GGUF blocks, stored [out,
-  in]), which multiplies itself (`BlockMatrix.matmul`, `Int8BlockMatrix.matmul` with 8-bit
-  activations).
+  kernel may also be a block matrix (GGUF blocks, stored [out, in]): each form of a weight
+  matrix multiplies itself (`kernels.matrices.WeightMatrix`).
   """
-  if isinstance(kernel, BLOCK_MATRICES):
-    return kernel.matmul(x)
-  return small_k.matmul(x, kernel)
+  return weight_matrix(kernel).matmul(x)
 
 
 def dense_transposed(x: jax.Array, kernel_t) -> jax.Array:
   """x @ kernel_t.T, for weights stored [out, in] (a tied embedding as the output layer).
   [..., in] x [out, in] -> [..., out]; `dense(x, kernel_t.T)` would copy the transpose.
   kernel_t may be a block matrix (`dense`)."""
-  if isinstance(kernel_t, BLOCK_MATRICES):
-    return kernel_t.matmul(x)
-  return small_k.matmul_transposed(x, kernel_t)
+  return weight_matrix(kernel_t, "out_in").matmul(x)
 
 
 def lookup(embedder: nn.Embed, tokens: jax.Array, dtype) -> jax.Array:
@@ -45,9 +42,7 @@ def lookup(embedder: nn.Embed, tokens: jax.Array, dtype) -> jax.Array:
   the nn.Embed, which converts its whole table to its dtype first (a float32 copy of a
   bfloat16 table per call), only the rows taken are converted (or dequantized, for a
   table in GGUF blocks)."""
-  if isinstance(embedder.embedding, BLOCK_MATRICES):
-    return embedder.embedding.take_rows(tokens).astype(dtype)
-  return jnp.take(embedder.embedding, tokens, axis=0).astype(dtype)
+  return weight_matrix(embedder.embedding, "out_in").take_rows(tokens).astype(dtype)
 
 
 def rounded(x: jax.Array) -> jax.Array:
@@ -76,7 +71,7 @@ def stored_blocks(module: nn.Module, name: str, shape: tuple[int, int]):
   if not module.has_variable("params", name):
     return None
   stored = module.get_variable("params", name)
-  if not isinstance(stored, BLOCK_MATRICES):
+  if not is_block_matrix(stored):
     return None
   if stored.shape != shape:
     raise ValueError(f"{module.name}/{name}: blocks of a {stored.shape} matrix, expected {shape}")

@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specsample.kernels import BLOCK_MATRICES, Int8BlockMatrix
+from specsample.kernels import Int8BlockMatrix
+from specsample.kernels.matrices import is_block_matrix
 
 WEIGHT_DTYPES = ("float32", "bfloat16")
 
@@ -58,8 +59,8 @@ def block_formats(model) -> set[str]:
   """The GGUF block formats of the model's matrices kept in blocks ({"q4_1", "q8_0"}, ...;
   empty when none are, or the model has no parameters)."""
   params = getattr(model, "params", None)
-  kept = jax.tree.leaves(params, is_leaf=lambda leaf: isinstance(leaf, BLOCK_MATRICES))
-  return {leaf.format for leaf in kept if isinstance(leaf, BLOCK_MATRICES)}
+  kept = jax.tree.leaves(params, is_leaf=is_block_matrix)
+  return {leaf.format for leaf in kept if is_block_matrix(leaf)}
 
 
 def activations(model) -> str:
@@ -67,7 +68,7 @@ def activations(model) -> str:
   activations (`Int8BlockMatrix`), "int8x2" when those take a second pass over the
   activations' rounding error, else "float32"."""
   params = getattr(model, "params", None)
-  kept = jax.tree.leaves(params, is_leaf=lambda leaf: isinstance(leaf, BLOCK_MATRICES))
+  kept = jax.tree.leaves(params, is_leaf=is_block_matrix)
   passes = {leaf.passes for leaf in kept if isinstance(leaf, Int8BlockMatrix)}
   if not passes:
     return "float32"
@@ -91,14 +92,12 @@ def read_weights(params, skip=lambda path: False) -> tuple[int, int]:
   axes, and GGUF block matrices) whose key path `skip(path)` (a tuple of names) rejects;
   what a model's `weights_per_call` sums."""
   count = nbytes = 0
-  leaves = jax.tree_util.tree_flatten_with_path(
-    params, is_leaf=lambda leaf: isinstance(leaf, BLOCK_MATRICES)
-  )[0]
+  leaves = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_block_matrix)[0]
   for path, leaf in leaves:
     names = tuple(str(getattr(key, "key", getattr(key, "name", key))) for key in path)
     if skip(names):
       continue
-    if isinstance(leaf, BLOCK_MATRICES):
+    if is_block_matrix(leaf):
       count, nbytes = count + leaf.shape[0] * leaf.shape[1], nbytes + leaf.nbytes
     elif _is_weight_matrix(leaf):
       count, nbytes = count + leaf.size, nbytes + leaf.size * leaf.dtype.itemsize
@@ -134,14 +133,12 @@ def with_q8_0_draft(model):
 
   def convert(path, leaf):
     name = getattr(path[-1], "key", None) if path else None
-    if name not in _KERNELS or isinstance(leaf, BLOCK_MATRICES) or leaf.dtype != jnp.float32:
+    if name not in _KERNELS or is_block_matrix(leaf) or leaf.dtype != jnp.float32:
       return leaf
     matrix = np.asarray(leaf).T if _KERNELS[name] else np.asarray(leaf)  # [out, in]
     if leaf.ndim != 2 or matrix.shape[1] % 32:
       return leaf
     return from_gguf_blocks(q8_0_blocks(matrix), "q8_0")
 
-  params = jax.tree_util.tree_map_with_path(
-    convert, model.params, is_leaf=lambda leaf: isinstance(leaf, BLOCK_MATRICES)
-  )
+  params = jax.tree_util.tree_map_with_path(convert, model.params, is_leaf=is_block_matrix)
   return model.replace(params=params)

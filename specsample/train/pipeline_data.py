@@ -84,11 +84,10 @@ def load_target(activations: str = "float32", path: str = ""):
   path = target_file(path)
   blocks = activations in ("int8", "int8x2")  # load_model refuses other values
   if blocks:
-    from specsample import kernels
-    from specsample.kernels import small_k
+    from specsample.kernels import native
 
-    if not small_k.kernel_available():
-      raise StageError(f"8-bit activations need the CPU kernel: {kernels.why_not_available()}")
+    if not native.kernel_available():
+      raise StageError(f"8-bit activations need the CPU kernel: {native.why_not_available()}")
   return load_model(path, gguf_blocks=blocks, activations=activations), load_tokenizer(path)
 
 
