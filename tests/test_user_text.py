@@ -4,7 +4,6 @@ decoding an id outside the vocabulary is an error that names it."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -132,16 +131,13 @@ def test_ordinary_prompts_keep_their_ids(smollm2):
 
 @needs_smollm2
 def test_special_option_parses_special_tokens_on_request(smollm2):
-  from specsample.cli.generate import encode_prompts
+  from specsample.cli.requests import PromptFormat
 
-  def args(**kwargs):
-    return argparse.Namespace(**{"chat": None, "system": None, "prefix": "", **kwargs})
-
-  plain = encode_prompts([INJECTION], smollm2, args(), decoder_only=True)[0]
-  special = encode_prompts([INJECTION], smollm2, args(special=True), decoder_only=True)[0]
+  plain = PromptFormat().encode([INJECTION], smollm2, decoder_only=True)[0]
+  special = PromptFormat(special=True).encode([INJECTION], smollm2, decoder_only=True)[0]
   assert plain == smollm2.apply_chat_template([{"role": "user", "content": INJECTION}])
   assert special.count(2) == plain.count(2) + 1
-  raw = encode_prompts([INJECTION], smollm2, args(chat=False, special=True), decoder_only=True)
+  raw = PromptFormat(chat=False, special=True).encode([INJECTION], smollm2, decoder_only=True)
   assert raw[0] == smollm2.encode(INJECTION, parse_special=True)
 
 

@@ -122,9 +122,11 @@ def check_bench_options(args) -> None:
 
 def run_bench(args) -> int:
   from specsample.bench.run import run_bench as bench
+  from specsample.cli.requests import prompt_format
 
   name = pair_name(args)
   settings = bench_settings(args)
+  form = prompt_format(args)
   chains = any(rule.startswith("tree") for rule in settings.rules)  # no lookup in front
   dynamic = "dynamic" in settings.rules  # lookup, if any, joins the tree as a branch
   trees = chains or dynamic
@@ -140,13 +142,12 @@ def run_bench(args) -> int:
       "bundled:ende", dtype=args.dtype, weights=args.weights, activations=args.activations
     )
     target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
-    prefix = pair.prefix if args.prefix is None else args.prefix
+    prefix = pair.prefix if form.prefix is None else form.prefix
     prompts = [tokenizer.encode(prefix + text) for text in texts]
     title = args.title or pair.title
     notes = []
   else:
     from specsample.bundled import SMOLLM2_DIR
-    from specsample.cli.generate import encode_prompts
     from specsample.cli.options import pair_spec
     from specsample.models import DecoderOnly
 
@@ -156,7 +157,7 @@ def run_bench(args) -> int:
     pair = pair_spec(args, trees=chains, dynamic_tree=dynamic).load()
     target, draft, tokenizer, notes = pair.target, pair.draft, pair.tokenizer, pair.notes()
     decoder_only = isinstance(target, DecoderOnly)
-    prompts = encode_prompts(texts, tokenizer, args, decoder_only=decoder_only, prefix=pair.prefix)
+    prompts = form.encode(texts, tokenizer, decoder_only=decoder_only, prefix=pair.prefix)
     title = args.title or pair.title
   check_prompt_lengths(prompts, settings.max_new_tokens, context)
   for note in notes:

@@ -12,11 +12,11 @@ import threading
 from specsample import files
 from specsample.cli.compare import Comparison, compare, summary_line
 from specsample.cli.limits import check_prompt_lengths, target_context
-from specsample.cli.options import (
-  UsageError,
-  pair_spec,
-  read_inputs,
-  speculative_settings,
+from specsample.cli.options import UsageError, pair_spec, read_inputs
+from specsample.cli.requests import (
+  DecodingRequest,
+  decoding_request,
+  prompt_format,
   tuned_gamma,
 )
 from specsample.decoding import DynamicTree, SpeculativeSettings
@@ -93,10 +93,10 @@ class StreamedText:
     self.out.flush()
 
 
-def text_stream(texts, tokenizer, args) -> StreamedText | None:
-  """The sink that streams the text: one input, stdout a terminal, no --no-stream, no
-  --mesh (streaming takes single-device programs)."""
-  if not getattr(args, "stream", True) or len(texts) != 1 or getattr(args, "mesh", None):
+def text_stream(texts, tokenizer, stream: bool) -> StreamedText | None:
+  """The sink that streams the text: one input, stdout a terminal, `stream` (no --no-stream,
+  no --mesh: streaming takes single-device programs)."""
+  if not stream or len(texts) != 1:
     return None
   return StreamedText(tokenizer, sys.stdout) if sys.stdout.isatty() else None
 
@@ -126,15 +126,15 @@ class BatchProgress:
     self._progress.stop()
 
 
-def batch_progress(texts, args) -> BatchProgress | None:
-  """The progress bar of a batch: several inputs, stderr a terminal, no --no-stream, no
-  --mesh (its tokens come by the same stream as streamed text)."""
-  if not getattr(args, "stream", True) or len(texts) < 2 or getattr(args, "mesh", None):
+def batch_progress(texts, max_new_tokens: int, stream: bool) -> BatchProgress | None:
+  """The progress bar of a batch: several inputs, stderr a terminal, `stream` (no
+  --no-stream, no --mesh: its tokens come by the same stream as streamed text)."""
+  if not stream or len(texts) < 2:
     return None
-  return BatchProgress(len(texts), args.max_new_tokens) if sys.stderr.isatty() else None
+  return BatchProgress(len(texts), max_new_tokens) if sys.stderr.isatty() else None
 
 
-def report(texts, comparison: Comparison, tokenizer, args, streamed=None) -> None:
+def report(texts, comparison: Comparison, tokenizer, greedy: bool, streamed=None) -> None:
   outputs = comparison.speculative.sequences()[: len(texts)]  # rows padded for a mesh go
   for source, tokens in zip(texts, outputs, strict=True):
     if streamed is not None:
@@ -144,7 +144,7 @@ def report(texts, comparison: Comparison, tokenizer, args, streamed=None) -> Non
     if len(texts) > 1:
       print(f"  (from: {source})", file=sys.stderr)
   print(summary_line(comparison), file=sys.stderr)
-  if comparison.identical is not None and args.temperature == 0:
+  if comparison.identical is not None and greedy:
     print(
       f"identical to the target's own greedy output: {'yes' if comparison.identical else 'NO'}",
       file=sys.stderr,
@@ -179,96 +179,81 @@ def run_translate(args) -> int:
   from specsample.pairs import load_pair
 
   texts = read_inputs(args.text, None)
-  context = target_context("bundled:ende", args.max_new_tokens)
+  request = decoding_request(args)
+  context = target_context("bundled:ende", request.max_new_tokens)
   pair = load_pair("bundled:ende")
   target, draft, vocab = pair.target, pair.draft, pair.tokenizer
   prompts = [vocab.encode(pair.prefix + text) for text in texts]
-  check_prompt_lengths(prompts, args.max_new_tokens, context)
-  gamma = tuned_gamma(target, draft, prompts, args, default=pair.gamma)
-  settings = speculative_settings(args, gamma)
-  streamed = text_stream(texts, vocab, args)
-  comparison = compare(
-    target, draft, prompts, settings, speculate=gamma is not None, seed=args.seed,
-    repeats=args.repeats, baseline=not args.no_baseline,
-    on_tokens=streamed or batch_progress(texts, args),
-  )  # fmt: skip
-  report(texts, comparison, vocab, args, streamed)
-  if args.trace:
-    title = f"translate: {texts[0]}"
-    write_trace(target, draft, prompts, settings, args.seed, vocab, args.trace, title)
+  check_prompt_lengths(prompts, request.max_new_tokens, context)
+  gamma = tuned_gamma(target, draft, prompts, request, default=pair.gamma)
+  decode(target, draft, prompts, texts, vocab, request, gamma, title=f"translate: {texts[0]}")
   return 0
 
 
-def encode_prompts(
-  texts, tokenizer, args, *, decoder_only: bool, prefix: str = ""
-) -> list[list[int]]:
-  """Token ids of `texts`: through the chat template (--chat; by default for a decoder-only
-  model whose tokenizer has one), else `--prefix` (or `prefix`, the pair's) + the text."""
-  chat = args.chat
-  has_template = getattr(tokenizer, "chat_template", None) is not None
-  if chat is None:
-    chat = decoder_only and has_template
-  if chat and not has_template:
-    raise UsageError("--chat: this tokenizer has no chat template")
-  if args.system and not chat:
-    raise UsageError("--system needs the chat template (--chat)")
-  prefix = getattr(args, "prefix", None) or prefix
-  special = {"parse_special": True} if getattr(args, "special", False) else {}
-  if special and not hasattr(tokenizer, "apply_chat_template"):
-    raise UsageError("--special: this tokenizer (SentencePiece) reads no special-token text")
-  prompts = []
-  for text in texts:
-    if chat:
-      messages = [{"role": "system", "content": args.system}] if args.system else []
-      messages.append({"role": "user", "content": text})
-      prompts.append(tokenizer.apply_chat_template(messages, **special))
-    else:
-      prompts.append(tokenizer.encode(prefix + text, **special))
-  return prompts
+def decode(
+  target, draft, prompts, texts, tokenizer, request: DecodingRequest, gamma: int | None, *,
+  title: str, prompt_lengths=None, host_prompts=None, stream: bool = True,
+) -> None:  # fmt: skip
+  """Decodes the prompts (speculatively at `gamma`, plainly where None) and the target
+  alone, prints the outputs and the measures, and writes the trace (--trace; of
+  `host_prompts`, the prompts before a mesh placed them, if given)."""
+  settings = request.settings(gamma)
+  stream = stream and request.stream
+  streamed = text_stream(texts, tokenizer, stream)
+  comparison = compare(
+    target, draft, prompts, settings, speculate=gamma is not None, seed=request.seed,
+    repeats=request.repeats, baseline=request.baseline, prompt_lengths=prompt_lengths,
+    on_tokens=streamed or batch_progress(texts, request.max_new_tokens, stream),
+  )  # fmt: skip
+  greedy = request.sampling.temperature == 0
+  report(texts, comparison, tokenizer, greedy, streamed)
+  if request.trace:
+    traced = prompts if host_prompts is None else host_prompts
+    write_trace(target, draft, traced, settings, request.seed, tokenizer, request.trace, title)
 
 
 def run_generate(args) -> int:
   from specsample.models import DecoderOnly
 
   texts = read_inputs(args.text, args.input_file)
-  context = target_context(args.target, args.max_new_tokens)
+  request = decoding_request(args)
+  context = target_context(args.target, request.max_new_tokens)
   if args.distributed:
     from specsample.scaling.shard import initialize_distributed
 
     initialize_distributed()
-  trees, dynamic = isinstance(args.tree, int), isinstance(args.tree, DynamicTree)
+  trees, dynamic = isinstance(request.tree, int), isinstance(request.tree, DynamicTree)
   pair = pair_spec(args, trees=trees, dynamic_tree=dynamic, sharded=bool(args.mesh)).load()
   target, draft = pair.target, pair.draft
-  prompts = host_prompts = encode_prompts(
-    texts, pair.tokenizer, args, decoder_only=isinstance(target, DecoderOnly), prefix=pair.prefix
+  prompts = host_prompts = prompt_format(args).encode(
+    texts, pair.tokenizer, decoder_only=isinstance(target, DecoderOnly), prefix=pair.prefix
   )
-  check_prompt_lengths(host_prompts, args.max_new_tokens, context)
+  check_prompt_lengths(host_prompts, request.max_new_tokens, context)
   for note in pair.notes():
     print(note, file=sys.stderr)
   lengths = None
   if args.mesh:
-    target, draft, prompts, lengths = shard(target, draft, prompts, args)
+    import jax
+
+    if request.trace and jax.process_count() > 1:
+      raise UsageError("--trace is for single-process runs")
+    target, draft, prompts, lengths = shard(target, draft, prompts, args.mesh, args.shard_draft)
   # On a mesh, c and r are timed on the sharded prompts each time (not kept).
   gamma = tuned_gamma(
-    target, draft, prompts, args, default=pair.gamma, prompt_lengths=lengths,
+    target, draft, prompts, request, default=pair.gamma, prompt_lengths=lengths,
     pair_id=None if args.mesh else pair.id, auto_for_one=not args.mesh,
   )  # fmt: skip
-  settings = speculative_settings(args, gamma)
-  streamed = text_stream(texts, pair.tokenizer, args)
-  comparison = compare(
-    target, draft, prompts, settings, speculate=gamma is not None, seed=args.seed,
-    repeats=args.repeats, baseline=not args.no_baseline, prompt_lengths=lengths,
-    on_tokens=streamed or batch_progress(texts, args),
+  decode(
+    target, draft, prompts, texts, pair.tokenizer, request, gamma,
+    title=f"generate: {texts[0]}", prompt_lengths=lengths, host_prompts=host_prompts,
+    stream=not args.mesh,
   )  # fmt: skip
-  report(texts, comparison, pair.tokenizer, args, streamed)
-  if args.trace:
-    title = f"generate: {texts[0]}"
-    write_trace(target, draft, host_prompts, settings, args.seed, pair.tokenizer, args.trace, title)
   return 0
 
 
-def shard(target, draft, prompts, args):
-  """Places both models and the prompts on the --mesh (batch padded to the data axis)."""
+def shard(target, draft, prompts, mesh_text: str, shard_draft: bool):
+  """Places both models and the prompts on the --mesh `mesh_text` (batch padded to the data
+  axis; the draft split over the model axis too with `shard_draft`)."""
   import jax
 
   from specsample.scaling.plan import parse_mesh
@@ -279,9 +264,7 @@ def shard(target, draft, prompts, args):
     unsplit_parameter_fraction,
   )
 
-  if args.trace and jax.process_count() > 1:
-    raise UsageError("--trace is for single-process runs")
-  mesh_shape = parse_mesh(args.mesh, jax.device_count())
+  mesh_shape = parse_mesh(mesh_text, jax.device_count())
   unsplit = unsplit_parameter_fraction(target, mesh_shape)
   if unsplit > 0:
     print(
@@ -295,10 +278,10 @@ def shard(target, draft, prompts, args):
   from specsample.models.lookup_draft import LookupThenModel
 
   if isinstance(draft, LookupThenModel):  # place the draft model behind the lookup
-    model = shard_model(draft.model, mesh, model_parallel=args.shard_draft)
+    model = shard_model(draft.model, mesh, model_parallel=shard_draft)
     draft = draft.replace(model=model)
   elif hasattr(draft, "params"):  # an n-gram draft has no parameters to place
-    draft = shard_model(draft, mesh, model_parallel=args.shard_draft)
+    draft = shard_model(draft, mesh, model_parallel=shard_draft)
   padded, lengths, real = global_prompts(prompts, mesh, pad_id=target.pad_id)
   if real != padded.shape[0]:
     print(f"batch padded from {real} to {padded.shape[0]} rows for the mesh", file=sys.stderr)

@@ -28,7 +28,6 @@ from specsample.cli.options import (
   UsageError,
   add_decoding_options,
   add_special_option,
-  check_decoding_options,
   check_weights_option,
   gamma_list,
   int_list,
@@ -237,9 +236,12 @@ def check_arguments(args) -> None:
   """Everything the arguments alone decide, before any output is made or model loaded."""
   if sys.stdout is None:  # `command >&-`: Python starts with no sys.stdout
     raise UsageError("standard output is closed: there is nowhere to write the results")
-  check_weights_option(args)
+  if args.command in ("generate", "bench"):
+    check_weights_option(args.weights, args.dtype)
   if args.command in ("generate", "translate"):
-    check_decoding_options(args)
+    from specsample.cli.requests import decoding_request
+
+    decoding_request(args).check()
   elif args.command == "bench":
     from specsample.cli.bench import check_bench_options
 
@@ -251,7 +253,7 @@ def check_arguments(args) -> None:
 def make_outputs(args, outputs: Outputs) -> None:
   """The run's output paths, made now (proving they can be written): --trace's file, or
   bench's --out directory."""
-  if getattr(args, "trace", None):
+  if args.command in ("generate", "translate") and args.trace:
     outputs.new_file(args.trace, overwrite=args.overwrite, what="--trace")
   if args.command == "bench":
     from specsample.cli.bench import REPORT_FILES

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import sys
-import time
 from typing import TYPE_CHECKING
 
 from specsample.core import SamplingConfig
-from specsample.decoding import SpeculativeSettings
 from specsample.decoding.adaptive import AdaptiveDraft
 from specsample.decoding.drafters.dynamic_tree import MAX_NODES, DynamicTree
 from specsample.decoding.drafters.tree import MAX_CHAINS
@@ -224,76 +221,6 @@ def add_decoding_options(parser: argparse.ArgumentParser, max_new_tokens: int) -
   )
 
 
-def sampling_of(args) -> SamplingConfig:
-  return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-
-
-def speculative_settings(args, gamma: int | None) -> SpeculativeSettings:
-  """The decoding options as the library's settings (which check themselves); gamma
-  None (plain decoding: `tuned_gamma`) keeps one draft token in them."""
-  adaptive = getattr(args, "adaptive", None)
-  return SpeculativeSettings.of(
-    gamma=1 if gamma is None else gamma,
-    max_new_tokens=args.max_new_tokens,
-    sampling=sampling_of(args),
-    verification=args.verification,
-    adaptive=None if adaptive is None else AdaptiveDraft(threshold=adaptive),
-    tree=getattr(args, "tree", None),
-  )
-
-
-def check_decoding_options(args) -> None:
-  """Before any work: the decoding options make valid settings together (the settings
-  check themselves; "auto" or no --gamma stand in as the pair's default, 4)."""
-  gamma = args.gamma if isinstance(args.gamma, int) else 4
-  speculative_settings(args, gamma)
-
-
-def tuned_gamma(
-  target,
-  draft,
-  prompts,
-  args,
-  *,
-  default: int,
-  prompt_lengths=None,
-  pair_id: str | None = None,
-  auto_for_one: bool = False,
-) -> int | None:
-  """--gamma: the number given; without one, "auto" for a batch (and for one prompt with
-  `auto_for_one`), else `default`, and `default` with --trace, --tree or --adaptive; with
-  "auto" the gamma tuned here (bench.tuning: a probe of a few prompts, the step costs of
-  this machine, kept per `pair_id`; said on stderr), or None where no gamma is predicted to
-  pay (decode plainly; `GammaChoice.decide`, the API's policy too)."""
-  gamma = args.gamma
-  speculative_only = getattr(args, "tree", None) or getattr(args, "adaptive", None)
-  if gamma is None:
-    batch = len(prompts) > 1 or auto_for_one
-    gamma = "auto" if batch and not (args.trace or speculative_only) else default
-  if gamma != "auto":
-    return gamma
-  from specsample.bench.tuning import tune_gamma
-
-  started = time.perf_counter()
-  choice = tune_gamma(
-    target,
-    draft,
-    prompts,
-    sampling=sampling_of(args),
-    verification=args.verification,
-    seed=args.seed,
-    prompt_lengths=prompt_lengths,
-    pair_id=pair_id,
-    recalibrate=getattr(args, "recalibrate", False),
-  )
-  if not choice.not_weighed:
-    print(f"{choice.summary()} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-  tuned = choice.decide(must_speculate=bool(args.trace or speculative_only))
-  if tuned is None:
-    print(choice.why_plain(), file=sys.stderr)
-  return tuned
-
-
 def pair_spec(args, *, trees: bool, dynamic_tree: bool, sharded: bool = False) -> PairSpec:
   """The pair the flags of `generate` and `bench` name (--target, --draft, --tokenizer,
   --dtype, --weights, --activations, --prompt-lookup), for the draft shapes the run uses."""
@@ -352,11 +279,8 @@ def check_text(text: str, what: str) -> None:
       )
 
 
-def check_weights_option(args) -> None:
+def check_weights_option(weights: str, dtype: str) -> None:
   """--weights other than float32 keeps the arithmetic in float32: refused with another
   --dtype (checked before anything is loaded; --weights auto then means float32)."""
-  weights = getattr(args, "weights", "float32")
-  if weights not in ("auto", "float32") and args.dtype != "float32":
-    raise UsageError(
-      f"--weights {weights} keeps the arithmetic in float32: drop --dtype {args.dtype}"
-    )
+  if weights not in ("auto", "float32") and dtype != "float32":
+    raise UsageError(f"--weights {weights} keeps the arithmetic in float32: drop --dtype {dtype}")
