@@ -8,16 +8,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tiny_models import DECODER_CONFIG, T5_CONFIG
+from tiny_models import greedy_case
 from toy_pairs import (
   assert_every_prompt_fits,
   assert_no_prompt_fits,
   batched_prompts,
   make_pair,
+  speculative_greedy_equals_plain,
   speculative_samples,
 )
 
-from specsample import AdaptiveDraft, SamplingConfig, generate, speculative_generate
+from specsample import AdaptiveDraft, SamplingConfig, speculative_generate
 from specsample.decoding import clear_compiled_programs
 from specsample.decoding.drafters import adaptive as adaptive_drafter
 
@@ -168,49 +169,28 @@ def test_custom_rules_and_bad_values_are_refused():
     speculative_generate(target, draft, [[1]], max_new_tokens=3, adaptive=0.5)
 
 
-def _greedy_identical(target, draft, prompts, gamma, max_new_tokens):
-  plain = generate(target, prompts, max_new_tokens=max_new_tokens, sampling=SamplingConfig(0.0))
+def _greedy_identical(family, gamma, max_new_tokens):
+  target, draft, prompts = greedy_case(family)
   for adaptive in (AdaptiveDraft(), AdaptiveDraft(threshold=0.9, target_acceptance=None)):
-    spec = speculative_generate(
-      target,
-      draft,
-      prompts,
-      gamma=gamma,
-      max_new_tokens=max_new_tokens,
-      sampling=SamplingConfig(0.0),
-      adaptive=adaptive,
+    spec = speculative_greedy_equals_plain(
+      target, draft, prompts, (gamma,), max_new_tokens, adaptive=adaptive
     )
-    assert spec.sequences() == plain.sequences()
     drafted, iterations = np.asarray(spec.stats.drafted), np.asarray(spec.stats.iterations)
     assert drafted.sum() < gamma * iterations.sum()  # some rows stopped early
 
 
 def test_greedy_identical_on_t5():
-  from specsample.models.t5 import T5
-
-  target = T5.init_random(T5_CONFIG, seed=0)
-  draft = T5.init_random(T5_CONFIG.replace(num_decoder_layers=1), seed=1)
-  prompts = [[5, 6, 7, 8, 1], [9, 10, 1], [11, 12, 13, 1], [3, 1]]
-  _greedy_identical(target, draft, prompts, gamma=4, max_new_tokens=12)
+  _greedy_identical("t5", gamma=4, max_new_tokens=12)
 
 
 def test_greedy_identical_on_the_decoder_only_model():
-  from specsample.models.decoder_only import DecoderOnly
-
-  target = DecoderOnly.init_random(DECODER_CONFIG, seed=0)
-  draft = DecoderOnly.init_random(DECODER_CONFIG.replace(num_layers=1), seed=3)
-  prompts = [[5, 6, 7], [9, 10, 11, 12, 13], [14]]
-  _greedy_identical(target, draft, prompts, gamma=5, max_new_tokens=14)
+  _greedy_identical("decoder_only", gamma=5, max_new_tokens=14)
 
 
 def test_a_batch_with_rows_done_early_keeps_going():
   """Rows that ended sit out: the width switch ignores them (no row still decoding is cut)."""
   target, draft = make_pair(seed=8, vocab=6, eos_id=1)
-  prompts = batched_prompts(4)
-  plain = generate(target, prompts, max_new_tokens=9, sampling=SamplingConfig(0.0))
-  spec = speculative_generate(
-    target, draft, prompts, gamma=6, max_new_tokens=9, sampling=SamplingConfig(0.0), adaptive=True
-  )
-  assert spec.sequences() == plain.sequences()
-  assert len({len(s) for s in plain.sequences()}) > 1  # rows really ended at different steps
+  spec = speculative_greedy_equals_plain(target, draft, batched_prompts(4), (6,), 9, adaptive=True)
+  # Rows really ended at different steps (the plain output's rows: they are equal).
+  assert len({len(s) for s in spec.sequences()}) > 1
   assert jax.numpy.all(spec.lengths > 0)

@@ -45,6 +45,19 @@ def pair_and_prompts():
   return target, draft, chats
 
 
+def _plain_batches(target, prompts):
+  """The prompts in batches of 10 (the last filled up with its last prompt), all padded to
+  one width so that each program compiles once: (start, batch, padded prompts, the decoding
+  arguments, the target's plain greedy output) per batch."""
+  width = max(map(len, prompts))
+  for start in range(0, len(prompts), 10):
+    batch = prompts[start : start + 10]
+    batch += [batch[-1]] * (10 - len(batch))
+    array, lengths = pad_to_width(batch, width)
+    common = dict(prompt_lengths=lengths, max_new_tokens=NEW_TOKENS, sampling=GREEDY)
+    yield start, batch, array, common, generate(target, array, **common).sequences()
+
+
 @pytest.fixture(scope="module")
 def feature_draft(pair_and_prompts):
   if not smollm2_draft_available("feature"):
@@ -106,14 +119,8 @@ def test_speculative_greedy_equals_the_targets_on_every_shipped_prompt(
     ("feature behind lookup", 4): LookupThenModel.for_target(feature_draft, target),
   }
   names = list(drafts)
-  width = max(map(len, prompts))
   ended_early, checked = 0, {name: 0 for name in names}
-  for start in range(0, len(prompts), 10):
-    batch = prompts[start : start + 10]
-    batch += [batch[-1]] * (10 - len(batch))
-    array, lengths = pad_to_width(batch, width)
-    common = dict(prompt_lengths=lengths, max_new_tokens=NEW_TOKENS, sampling=GREEDY)
-    plain = generate(target, array, **common).sequences()
+  for start, batch, array, common, plain in _plain_batches(target, prompts):
     index = start // 10
     for name, gamma in (names[index % 2], names[3 - index % 2]):
       proposer = drafts[name, gamma]
@@ -137,13 +144,7 @@ def test_8_bit_activations_give_the_targets_greedy_output_on_every_shipped_promp
   target, draft, _ = load_smollm2_pair(gguf_blocks=True, activations="int8")
   assert activations(target) == "int8"
   proposer = LookupThenModel.for_target(draft, target)
-  width = max(map(len, prompts))
-  for start in range(0, len(prompts), 10):
-    batch = prompts[start : start + 10]
-    batch += [batch[-1]] * (10 - len(batch))
-    array, lengths = pad_to_width(batch, width)
-    common = dict(prompt_lengths=lengths, max_new_tokens=NEW_TOKENS, sampling=GREEDY)
-    plain = generate(target, array, **common).sequences()
+  for start, _, array, common, plain in _plain_batches(target, prompts):
     spec = speculative_generate(target, proposer, array, gamma=3, **common)
     assert spec.sequences() == plain, f"prompts {start}..{start + 9}"
     assert 0 < spec.stats.alpha < 1

@@ -8,13 +8,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tiny_models import DECODER_CONFIG, T5_CONFIG, models_with_prompts
+from tiny_models import DECODER_CONFIG, greedy_case, models_with_prompts
 from toy_pairs import (
   assert_every_prompt_fits,
   assert_no_prompt_fits,
   assert_speculative_samples_fit,
   batched_prompts,
   make_pair,
+  speculative_greedy_equals_plain,
   speculative_samples,
 )
 
@@ -24,7 +25,6 @@ from specsample.core.dynamic_tree import RowTrees, verify_dynamic_greedy
 from specsample.decoding import clear_compiled_programs
 from specsample.decoding.drafters import dynamic_tree as dynamic_drafter
 from specsample.models.decoder_only import DecoderOnly
-from specsample.models.t5 import T5
 
 ROWS_PER_PROMPT = 5000
 
@@ -163,9 +163,7 @@ def test_more_nodes_accept_more_per_target_call():
 @pytest.mark.parametrize("family", ["t5", "decoder_only", "sliding_window"])
 def test_greedy_dynamic_tree_equals_plain_greedy(family):
   if family == "t5":
-    target = T5.init_random(T5_CONFIG, seed=0)
-    draft = T5.init_random(T5_CONFIG.replace(num_decoder_layers=1), seed=1)
-    prompts = [[5, 6, 7, 8, 1], [9, 10, 1], [11, 12, 13, 1], [3, 1]]
+    target, draft, prompts = greedy_case("t5")
   else:
     config = DECODER_CONFIG.replace(sliding_window=3 if family == "sliding_window" else None)
     target = DecoderOnly.init_random(config, seed=0)
@@ -186,15 +184,11 @@ def test_greedy_dynamic_tree_equals_plain_greedy(family):
 
 def test_greedy_dynamic_tree_with_a_good_draft_and_eos_inside_the_tree():
   target, draft = make_pair(seed=5, vocab=7, eos_id=1, noise=0.5)
-  prompts = batched_prompts(5)
-  greedy = SamplingConfig(0.0)
-  plain = generate(target, prompts, max_new_tokens=10, sampling=greedy)
-  spec = speculative_generate(
-    target, draft, prompts, gamma=4, max_new_tokens=10, sampling=greedy,
-    tree=DynamicTree(nodes=8, branching=3), trace=True,
-  )  # fmt: skip
-  assert spec.sequences() == plain.sequences()
-  assert len({len(s) for s in plain.sequences()}) > 1  # rows end at different EOS
+  tree = DynamicTree(nodes=8, branching=3)
+  spec = speculative_greedy_equals_plain(
+    target, draft, batched_prompts(5), (4,), 10, tree=tree, trace=True
+  )
+  assert len({len(s) for s in spec.sequences()}) > 1  # rows end at different EOS
   assert spec.stats.tokens_per_target_call > 2.5
 
 

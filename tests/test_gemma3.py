@@ -11,9 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiny_models import assert_tree_chains_score_like_plain_calls
 
 from specsample.core.dynamic_tree import RowTrees
-from specsample.core.tree import TreeLayout, chain_slots
+from specsample.core.tree import TreeLayout
 from specsample.kernels import decoder_layer
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 
@@ -134,36 +135,22 @@ def test_one_extend_equals_token_by_token_steps_and_rewinds_continue():
   np.testing.assert_allclose(model.forward(sequence)[0, -4:], direct[0], atol=2e-4, rtol=1e-4)
 
 
-def _tree_case(model, layout, tree_tokens_of):
+def _tree_case(model, layout):
   prompts = jnp.array([[5, 6, 7, 8, 9, 10], [9, 10, 11, 0, 0, 0]], jnp.int32)
   lengths = jnp.array([6, 3], jnp.int32)
   state, pending = model.init_state(prompts, lengths, 24)
   chains = jnp.array([[[11, 12, 13, 14], [15, 16, 17, 18]], [[19, 20, 21, 22], [23, 24, 25, 26]]])
-  tokens = tree_tokens_of(pending, chains)
-  tree_logits, tree_state = model.extend_tree(state, tokens, layout, 0)
-  slots = chain_slots(2, 4)
-  for j in range(2):
-    chain = jnp.concatenate([pending[:, None], chains[:, j]], 1)
-    plain, plain_state = model.extend(state, chain, jnp.array([5, 5]))
-    np.testing.assert_allclose(tree_logits[:, slots[j]], plain, atol=2e-5, rtol=1e-5)
-    kept = model.keep_path(tree_state, jnp.broadcast_to(jnp.asarray(slots[j]), (2, 5)),
-                           jnp.array([4, 3]))  # fmt: skip
-    following = jnp.array([[30, 31, 32], [33, 34, 35]], jnp.int32)
-    after_tree, _ = model.extend(kept, following, jnp.array([3, 3]))
-    rewound = model.rewind(plain_state, state.end_index + jnp.array([4, 3]))
-    after_plain, _ = model.extend(rewound, following, jnp.array([3, 3]))
-    np.testing.assert_allclose(after_tree, after_plain, atol=2e-5, rtol=1e-5)
-
-
-def _chain_tokens(pending, chains):  # root, then the chains' tokens depth by depth
-  return jnp.concatenate([pending[:, None], chains.transpose(0, 2, 1).reshape(2, -1)], 1)
+  following = jnp.array([[30, 31, 32], [33, 34, 35]], jnp.int32)
+  assert_tree_chains_score_like_plain_calls(
+    model, state, pending, chains, layout, jnp.array([4, 3]), following
+  )
 
 
 @pytest.mark.parametrize("window", [2, 3, 100])
 def test_each_chain_of_a_tree_call_scores_like_a_plain_call(window):
   """Chains 4 deep with windows of 2 and 3: the tree slots' window is by depth."""
   config = GEMMA.replace(local_window=window)
-  _tree_case(_model(config), TreeLayout.chains(2, 4, root=True), _chain_tokens)
+  _tree_case(_model(config), TreeLayout.chains(2, 4, root=True))
 
 
 def test_row_trees_score_each_chain_like_a_plain_call():
@@ -171,7 +158,7 @@ def test_row_trees_score_each_chain_like_a_plain_call():
   layout = TreeLayout.chains(2, 4, root=True)
   parents = jnp.broadcast_to(jnp.asarray(layout.parents, jnp.int32), (2, layout.size))
   rows = RowTrees.from_parents(parents, 4)
-  _tree_case(_model(GEMMA.replace(local_window=2)), rows, _chain_tokens)
+  _tree_case(_model(GEMMA.replace(local_window=2)), rows)
 
 
 def test_gemma_layers_never_take_the_fused_layer_kernel(monkeypatch):

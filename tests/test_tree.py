@@ -8,22 +8,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tiny_models import DECODER_CONFIG, T5_CONFIG, models_with_prompts
+from tiny_models import (
+  DECODER_CONFIG,
+  assert_tree_chains_score_like_plain_calls,
+  greedy_case,
+  models_with_prompts,
+)
 from toy_pairs import (
   assert_every_prompt_fits,
   assert_no_prompt_fits,
   batched_prompts,
   make_pair,
+  speculative_greedy_equals_plain,
   speculative_samples,
 )
 
-from specsample import DraftTree, SamplingConfig, generate, speculative_generate
+from specsample import DraftTree, speculative_generate
 from specsample.core.sampling import sample_from_probs
 from specsample.core.tree import TreeLayout, chain_slots, verify_tree_greedy
 from specsample.decoding import clear_compiled_programs
 from specsample.decoding.drafters import tree as tree_drafter
 from specsample.models.decoder_only import DecoderOnly
-from specsample.models.t5 import T5
 
 ROWS_PER_PROMPT = 6000
 
@@ -48,22 +53,10 @@ def test_each_chain_of_a_tree_call_scores_like_a_plain_call(index):
   state, pending = model.init_state(prompts, lengths, 16)
   chains = jnp.array([[[11, 12, 13], [14, 15, 16]], [[17, 18, 19], [20, 21, 22]]], jnp.int32)
   layout = TreeLayout.chains(2, 3, root=True)
-  tokens = jnp.concatenate([pending[:, None], chains.transpose(0, 2, 1).reshape(2, -1)], 1)
-  tree_logits, tree_state = model.extend_tree(state, tokens, layout, 0)
-  slots = chain_slots(2, 3)
-  for j in range(2):
-    chain_tokens = jnp.concatenate([pending[:, None], chains[:, j]], 1)
-    plain, plain_state = model.extend(state, chain_tokens, jnp.array([4, 4]))
-    np.testing.assert_allclose(tree_logits[:, slots[j]], plain, atol=2e-5, rtol=1e-5)
-    kept = model.keep_path(
-      tree_state, jnp.broadcast_to(jnp.asarray(slots[j]), (2, 4)), jnp.array([3, 2])
-    )
-    next_tokens = jnp.array([[30, 31], [32, 33]], jnp.int32)
-    after_tree, _ = model.extend(kept, next_tokens, jnp.array([2, 2]))
-    after_plain, _ = model.extend(
-      model.rewind(plain_state, state.end_index + jnp.array([3, 2])), next_tokens, jnp.array([2, 2])
-    )
-    np.testing.assert_allclose(after_tree, after_plain, atol=2e-5, rtol=1e-5)
+  next_tokens = jnp.array([[30, 31], [32, 33]], jnp.int32)
+  assert_tree_chains_score_like_plain_calls(
+    model, state, pending, chains, layout, jnp.array([3, 2]), next_tokens
+  )
 
 
 def test_draft_side_tree_calls_continue_chains_written_earlier():
@@ -166,43 +159,15 @@ def test_greedy_tree_verdict_takes_the_longest_matching_chain():
 
 @pytest.mark.parametrize("family,num_chains", [("t5", 2), ("decoder_only", 3)])
 def test_greedy_tree_equals_plain_greedy(family, num_chains):
-  if family == "t5":
-    target = T5.init_random(T5_CONFIG, seed=0)
-    draft = T5.init_random(T5_CONFIG.replace(num_decoder_layers=1), seed=1)
-    prompts = [[5, 6, 7, 8, 1], [9, 10, 1], [11, 12, 13, 1], [3, 1]]
-  else:
-    target = DecoderOnly.init_random(DECODER_CONFIG, seed=0)
-    draft = DecoderOnly.init_random(DECODER_CONFIG.replace(num_layers=1), seed=3)
-    prompts = [[5, 6, 7], [9, 10, 11, 12, 13], [14]]
-  plain = generate(target, prompts, max_new_tokens=14, sampling=SamplingConfig(0.0))
-  spec = speculative_generate(
-    target,
-    draft,
-    prompts,
-    gamma=3,
-    max_new_tokens=14,
-    sampling=SamplingConfig(0.0),
-    tree=num_chains,
-  )
-  assert spec.sequences() == plain.sequences()
+  target, draft, prompts = greedy_case(family)
+  speculative_greedy_equals_plain(target, draft, prompts, (3,), 14, tree=num_chains)
 
 
 def test_greedy_tree_with_a_good_draft_and_eos_inside_blocks():
   target, draft = make_pair(seed=5, vocab=7, eos_id=1, noise=0.5)
   prompts = batched_prompts(5)
-  plain = generate(target, prompts, max_new_tokens=10, sampling=SamplingConfig(0.0))
-  spec = speculative_generate(
-    target,
-    draft,
-    prompts,
-    gamma=4,
-    max_new_tokens=10,
-    sampling=SamplingConfig(0.0),
-    tree=2,
-    trace=True,
-  )
-  assert spec.sequences() == plain.sequences()
-  assert len({len(s) for s in plain.sequences()}) > 1
+  spec = speculative_greedy_equals_plain(target, draft, prompts, (4,), 10, tree=2, trace=True)
+  assert len({len(s) for s in spec.sequences()}) > 1  # the plain output's (they are equal)
   assert spec.stats.tokens_per_target_call > 1.5
 
 

@@ -100,14 +100,15 @@ def speculative_samples(
   return target, sampling, out
 
 
-def speculative_greedy_equals_plain(target, draft, prompts, gammas, max_new_tokens: int):
-  """Speculative greedy output with each gamma equals the target's plain greedy output;
-  returns the last speculative call's output."""
+def speculative_greedy_equals_plain(target, draft, prompts, gammas, max_new_tokens: int, **options):
+  """Speculative greedy output with each gamma (`options`: tree, adaptive, trace, ... for
+  speculative_generate) equals the target's plain greedy output; returns the last
+  speculative call's output."""
   greedy = SamplingConfig(temperature=0.0)
   plain = generate(target, prompts, max_new_tokens=max_new_tokens, sampling=greedy)
   for gamma in gammas:
     spec = speculative_generate(
-      target, draft, prompts, gamma=gamma, max_new_tokens=max_new_tokens, sampling=greedy
+      target, draft, prompts, gamma=gamma, max_new_tokens=max_new_tokens, sampling=greedy, **options
     )
     assert spec.sequences() == plain.sequences()
   return spec
