@@ -3,6 +3,8 @@ speculative loop's feature bookkeeping, exactness, checkpoints and training."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -325,6 +327,39 @@ def test_training_brings_the_draft_closer_to_the_target(target, draft, tmp_path)
     np.testing.assert_array_equal(
       jax.tree.leaves(trained.params[name]), jax.tree.leaves(draft.params[name])
     )
+
+
+def test_agreement_scores_sampled_responses_against_the_targets_greedy_tokens(target, draft):
+  """A sampled response's next tokens are not the target's argmax: without the target's
+  greedy tokens read for it, it is left out; with them, it is scored against those."""
+  from specsample.train.store_features import LiveFeatures
+
+  responses = generate_responses(target, RAGGED, max_new_tokens=8, features=True)
+  greedy = [
+    df.FeatureSequence(
+      tokens=np.asarray(r.prompt + r.tokens, np.int32),
+      features=None,
+      prompt_length=len(r.prompt),
+      task="chat",
+      temperature=0.0,
+      index=i,
+    )  # fmt: skip
+    for i, r in enumerate(responses)
+  ]
+  read = LiveFeatures(target)(greedy, target_next=True)
+  for s in read:  # a greedy response's next tokens are the target's argmax
+    np.testing.assert_array_equal(s.target_next[s.prompt_length - 1 :], s.tokens[s.prompt_length :])
+  scored = df.agreement(draft, LiveFeatures(target)(greedy), steps=2)
+  assert scored["tokens"] == sum(len(r.tokens) for r in responses)
+  sampled = [dataclasses.replace(s, temperature=1.0) for s in read]
+  assert df.agreement(draft, [dataclasses.replace(s, target_next=None) for s in sampled]) == {
+    "greedy": 0.0, "tokens": 0,
+  }  # fmt: skip
+  assert df.agreement(draft, sampled, steps=2) == scored
+  assert scored["greedy"] > 0
+  # scored against target_next, not the response's own tokens
+  never = [dataclasses.replace(s, target_next=np.full_like(s.target_next, -2)) for s in sampled]
+  assert df.agreement(draft, never) == {"greedy": 0.0, "tokens": scored["tokens"]}
 
 
 def test_a_run_resumed_from_its_checkpoint_equals_one_uninterrupted_run(target, draft, tmp_path):

@@ -337,6 +337,22 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   )
   train_log = sd.read_json(os.path.join(work, "train_log.json"))  # the next session goes on
   assert train_log["steps_done"] == 3 and [step for step, _ in train_log["history"]] == [1, 3]
+  # validate: the checkpoint's draft beside the draft it is measured against (here the
+  # bundle's, exported from it), scored against the target's greedy tokens: the held-out
+  # responses are all sampled ones (every 20th prompt is an every 4th one too)
+  assert validation and all(s.temperature == 1.0 for s in validation)
+  with pytest.raises(sd.StageError, match="the train stage makes it"):
+    run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(
+      options, stages="validate", work=str(tmp_path / "untrained"))))  # fmt: skip
+  run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(options, stages="train,export")))
+  run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(options, stages="validate")))
+  scores = sd.read_json(os.path.join(work, "validation.json"))["all"]
+  baseline = sd.read_json(os.path.join(work, "validation_baseline.json"))
+  assert baseline["draft"] == os.path.join(options.bundle, "feature_draft")
+  responses = sum(len(s.tokens) - s.prompt_length for s in validation)
+  assert scores["tokens"] == baseline["scores"]["all"]["tokens"] == responses > 0
+  assert len(scores["by_step"]) == 3
+  np.testing.assert_allclose(baseline["scores"]["all"]["by_step"], scores["by_step"], atol=0.05)
   empty = ResponseStore(str(tmp_path / "empty"))
   with pytest.raises(sd.StageError, match="holds no responses"):
     run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(options, store=empty.root)))

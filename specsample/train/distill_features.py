@@ -47,6 +47,10 @@ class FeatureSequence:
   task: str
   temperature: float  # the response's sampling temperature (0: greedy)
   index: int  # the prompt's index in the train prompts
+  # int32[N - 1]: the target's greedy token after each position (its argmax given the
+  # tokens up to there), where read (`LiveFeatures(..., target_next=True)`); None: not
+  # read, and a greedy response's own next tokens are those
+  target_next: np.ndarray | None = None
 
 
 def features_path(shard_path: str) -> str:
@@ -280,8 +284,9 @@ def train(
 
 @functools.partial(jax.jit, static_argnames=("config", "steps"))
 def _agreement_counts(config, params, batch: FeatureBatch, steps: int):
-  """Per drafting step and position: does the draft's argmax equal the next token (which
-  at response positions of a greedy response IS the target's argmax)?  -> bool[steps, b, L]"""
+  """Per drafting step and position: does the draft's argmax equal batch.next_tokens (the
+  target's argmax at response positions: a greedy response's next tokens, or those read
+  for a sampled one, `agreement`)?  -> bool[steps, b, L]"""
   outputs = _predict(config, params, batch.tokens, previous_features(batch.features), steps)
   return jnp.stack(
     [
@@ -294,15 +299,20 @@ def _agreement_counts(config, params, batch: FeatureBatch, steps: int):
 def agreement(
   draft: FeatureDraft, sequences: Sequence[FeatureSequence], batch_size: int = 4, steps: int = 1
 ):
-  """{"greedy": share of response positions of greedy responses where the draft's first
-  proposal (after the target's features) is the target's token, "tokens": how many, and
-  with steps > 1 "by_step": the same for drafting steps 1..steps of a block}."""
-  greedy = [s for s in sequences if s.temperature == 0.0]
+  """{"greedy": share of the response positions where the draft's first proposal (after
+  the target's features) is the target's greedy token, "tokens": how many, and with
+  steps > 1 "by_step": the same for drafting steps 1..steps of a block}. The target's
+  greedy token is a greedy response's next token, or the `target_next` read for a
+  sequence (a sampled response's); sampled responses without it are left out."""
+  scored = [s for s in sequences if s.temperature == 0.0 or s.target_next is not None]
   hits, total = np.zeros(steps), 0
-  for start in range(0, len(greedy), batch_size):
-    chunk = greedy[start : start + batch_size]
+  for start in range(0, len(scored), batch_size):
+    chunk = scored[start : start + batch_size]
     width = -(-max(len(s.tokens) for s in chunk) // 128) * 128
     batch = make_batch(chunk, width)
+    for row, s in enumerate(chunk):  # the target's greedy tokens, where they were read
+      if s.target_next is not None:
+        batch.next_tokens[row, : len(s.tokens) - 1] = s.target_next
     agree = np.asarray(_agreement_counts(draft.config, draft.params, batch, steps))
     for row, s in enumerate(chunk):
       response = slice(s.prompt_length - 1, len(s.tokens) - 1)

@@ -11,7 +11,7 @@ from specsample.train import distill_features as df
 from specsample.train.on_policy_stages import DEFAULT_STORE
 from specsample.train.pipeline_data import BUNDLE, StageError, split_validation
 
-STAGES = ("prompts", "generate", "features", "vocab", "train", "export", "card")
+STAGES = ("prompts", "generate", "features", "vocab", "train", "validate", "export", "card")
 # The default run trains on the committed store of on-policy responses (prompts and
 # generate make a work directory's own responses instead).
 DEFAULT_STAGES = ("vocab", "train", "export", "card")

@@ -25,6 +25,9 @@ and then:
   3. vocab     the K most frequent target tokens (+ special tokens) -> work/vocab.json
   4. train     the draft (feature regression + distillation of the target's next-token
                distribution) -> work/checkpoint.npz, work/train_log.json
+     validate  the held-out agreement of the checkpoint's draft (finished or cut) beside
+               the draft it is measured against -> work/validation.json,
+               work/validation_baseline.json
   5. export    float16 draft (no embedding: it shares the target's) -> bundle/feature_draft
   6. card      metrics.json and MODEL_CARD.md (specsample.train.feature_draft_card)
 """
@@ -57,6 +60,7 @@ from specsample.train.optim import make_optimizer
 from specsample.train.pipeline import PipelineRun, trained
 from specsample.train.pipeline_data import (
   StageError,
+  agreement_by_task,
   always_kept,
   batches_to_generate,
   earlier_training,
@@ -187,36 +191,66 @@ def load_checkpoint(path: str, draft: FeatureDraft, settings: df.FeatureDistillS
 LIVE_VALIDATION = 200  # validation sequences scored at the end with live features
 
 
+def starting_draft(options: FeatureDraftOptions, target) -> FeatureDraft:
+  """The draft training starts from (`target`: float32, its output rows and embedding):
+  --init-from's (made to read the fused layers, proposing as it did), else a new one
+  of the kept tokens in work/vocab.json."""
+  layers = feature_layers(options)
+  if not options.init_from:
+    with open(os.path.join(options.work, "vocab.json")) as f:
+      ids = np.asarray(json.load(f)["ids"], np.int32)
+    return df.draft_for_target(target, ids, num_layers=options.layers, seed=options.seed,
+                               feature_layers=layers)  # fmt: skip
+  # continue from a trained draft (e.g. with more drafting steps)
+  from specsample.checkpoints.feature_draft import load_feature_draft
+
+  draft = load_feature_draft(options.init_from, target)
+  if layers and not draft.config.feature_layers:  # it then reads them, same proposals
+    draft = with_fusion(draft, layers)
+  if draft.config.feature_layers != layers:
+    raise StageError(f"train: {options.init_from} fuses the target's layers "
+                     f"{draft.config.feature_layers}; --feature-layers: {layers}")  # fmt: skip
+  return draft
+
+
+def train_settings(options: FeatureDraftOptions) -> df.FeatureDistillSettings:
+  return df.FeatureDistillSettings(
+    steps=options.train_steps, tokens_per_batch=options.tokens_per_batch,
+    learning_rate=options.learning_rate, warmup_steps=min(100, options.train_steps // 10),
+    cls_weight=options.cls_weight, noise=options.noise, prompt_weight=options.prompt_weight,
+    steps_ahead=options.steps_ahead, max_seconds=60 * options.train_minutes, seed=options.seed,
+  )  # fmt: skip
+
+
+def validation_sequences(options: FeatureDraftOptions, tokenizer, feature_target) -> list:
+  """The held-out sequences scored (the first LIVE_VALIDATION with live features), with
+  the target's greedy token after every position (`agreement` scores sampled responses
+  against it)."""
+  _, validation = load_sequences(options, tokenizer)
+  if options.features != "live":
+    return validation
+  from specsample.train.store_features import LiveFeatures
+
+  return LiveFeatures(feature_target)(validation[:LIVE_VALIDATION], target_next=True)
+
+
 def stage_train(
   options: FeatureDraftOptions, target, tokenizer=None, feature_target=None
 ) -> FeatureDraft:
   """Trains the draft (`target`: float32, its output rows and embedding); with live
   features, `feature_target` (the target in the store's arithmetic, with the layers the
   draft fuses) computes each batch's features and `tokenizer` re-encodes the prompts."""
-  with open(os.path.join(options.work, "vocab.json")) as f:
-    ids = np.asarray(json.load(f)["ids"], np.int32)
-  layers = feature_layers(options)
-  draft = df.draft_for_target(target, ids, num_layers=options.layers, seed=options.seed,
-                              feature_layers=layers)  # fmt: skip
-  if options.init_from:  # continue from a trained draft (e.g. with more drafting steps)
-    from specsample.checkpoints.feature_draft import load_feature_draft
-
-    draft = load_feature_draft(options.init_from, target)
+  draft = starting_draft(options, target)
+  if options.init_from:
     log(f"train: starting from {options.init_from}")
-    if layers and not draft.config.feature_layers:  # it then reads them, same proposals
-      draft = with_fusion(draft, layers)
-      log(f"train: fusing the target's layers {layers} (starting as the draft read it)")
-    if draft.config.feature_layers != layers:
-      raise StageError(f"train: {options.init_from} fuses the target's layers "
-                       f"{draft.config.feature_layers}; --feature-layers: {layers}")  # fmt: skip
   path = os.path.join(options.work, "checkpoint.npz")
-  train, validation = load_sequences(options, tokenizer)
+  train, _ = load_sequences(options, tokenizer)
+  validation = validation_sequences(options, tokenizer, feature_target)
   complete = None
   if options.features == "live":
     from specsample.train.store_features import LiveFeatures
 
     complete = LiveFeatures(feature_target)
-    validation = complete(validation[:LIVE_VALIDATION])
   if train and train[0].features is not None and train[0].features.shape[-1] != draft.feature_size:
     raise StageError(f"train: the shards hold features {train[0].features.shape[-1]} wide, the "
                      f"draft reads {draft.feature_size}: generate them with the same "
@@ -225,12 +259,7 @@ def stage_train(
   responses = sum(len(s.tokens) - s.prompt_length for s in train)
   log(f"train: {len(train)} sequences ({positions} positions, {responses} response tokens), "
       f"{df.trainable_parameter_count(draft) / 1e6:.2f}M trainable parameters")  # fmt: skip
-  settings = df.FeatureDistillSettings(
-    steps=options.train_steps, tokens_per_batch=options.tokens_per_batch,
-    learning_rate=options.learning_rate, warmup_steps=min(100, options.train_steps // 10),
-    cls_weight=options.cls_weight, noise=options.noise, prompt_weight=options.prompt_weight,
-    steps_ahead=options.steps_ahead, max_seconds=60 * options.train_minutes, seed=options.seed,
-  )  # fmt: skip
+  settings = train_settings(options)
   opt_state, start = None, 0
   held = validation[:40]
   if os.path.exists(path):
@@ -266,6 +295,39 @@ def stage_train(
   write_validation(options.work, lambda items: df.agreement(draft, items, steps=3), validation,
                    task=lambda s: s.task)  # fmt: skip
   return draft
+
+
+def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_target) -> dict:
+  """The held-out agreement by drafting step of the draft in work/checkpoint.npz (a
+  finished or a cut training) beside the draft it is measured against (--init-from's,
+  else the bundle's feature draft), on the same sequences scored against the target's
+  greedy tokens: work/validation.json (as the train stage writes it) and
+  work/validation_baseline.json. -> {"draft": scores, "baseline": scores}."""
+  from specsample.checkpoints.feature_draft import load_feature_draft
+
+  path = os.path.join(options.work, "checkpoint.npz")
+  if not os.path.exists(path):
+    raise StageError(f"validate: {path} does not exist (the train stage makes it)")
+  draft, _, step = load_checkpoint(path, starting_draft(options, target), train_settings(options))
+  baseline_path = options.init_from or os.path.join(options.bundle, "feature_draft")
+  baseline = load_feature_draft(baseline_path, target)
+  if draft.config.feature_layers and not baseline.config.feature_layers:
+    baseline = with_fusion(baseline, draft.config.feature_layers)  # proposes as it did
+  if baseline.config.feature_layers != draft.config.feature_layers:
+    raise StageError(f"validate: {baseline_path} fuses the target's layers "
+                     f"{baseline.config.feature_layers}, the draft "
+                     f"{draft.config.feature_layers}")  # fmt: skip
+  validation = validation_sequences(options, tokenizer, feature_target)
+  log(f"validate: the draft at step {step} against {baseline_path} on {len(validation)} "
+      "held-out sequences")  # fmt: skip
+  scores = write_validation(options.work, lambda items: df.agreement(draft, items, steps=3),
+                            validation, task=lambda s: s.task)  # fmt: skip
+  base = agreement_by_task(lambda items: df.agreement(baseline, items, steps=3), validation,
+                           lambda s: s.task)  # fmt: skip
+  write_json(os.path.join(options.work, "validation_baseline.json"),
+             {"draft": baseline_path, "scores": base}, indent=1)  # fmt: skip
+  log(f"validate: {baseline_path} {json.dumps(base['all'])}")
+  return {"draft": scores, "baseline": base}
 
 
 # ---------------------------------------------------------------- 5. export; the stages
@@ -308,6 +370,9 @@ class FeatureDraftRecipe:
     elif stage == "train":  # training reads the target's float32 output rows and embedding
       features = run.target.with_feature_layers(layers)
       run.draft = stage_train(options, run.float32_target(), run.tokenizer, features)
+    elif stage == "validate":
+      features = run.target.with_feature_layers(layers)
+      stage_validate(options, run.float32_target(), run.tokenizer, features)
     elif stage == "export":
       stage_export(options, trained(run, self.name))
     elif stage == "card":

@@ -126,12 +126,22 @@ class LiveFeatures:
   def __init__(self, target, *, rows: int = 8, width_multiple: int = 128):
     self.target, self.rows, self.width_multiple = target, rows, width_multiple
 
-  def __call__(self, sequences: Sequence[FeatureSequence]) -> list[FeatureSequence]:
-    todo = [s for s in sequences if s.features is None]
+  def __call__(
+    self, sequences: Sequence[FeatureSequence], *, target_next: bool = False
+  ) -> list[FeatureSequence]:
+    """`sequences` with their features (those without); with `target_next` (validation)
+    the target's greedy token after every position too, read in the same pass, for the
+    sequences without it: what the draft's agreement is scored against, a sampled
+    response's tokens not being the target's argmax."""
+    todo = [s for s in sequences if s.features is None or (target_next and s.target_next is None)]
     if not todo:
       return list(sequences)
-    _, _, read = read_sequences(self.target, [s.tokens.tolist() for s in todo], k=0,
-                                rows=self.rows, width_multiple=self.width_multiple)  # fmt: skip
-    filled = {id(s): dataclasses.replace(s, features=read[i, : len(s.tokens) - 1])
-              for i, s in enumerate(todo)}  # fmt: skip
+    top, _, read = read_sequences(self.target, [s.tokens.tolist() for s in todo],
+                                  k=1 if target_next else 0, rows=self.rows,
+                                  width_multiple=self.width_multiple)  # fmt: skip
+    filled = {}
+    for i, s in enumerate(todo):
+      n = len(s.tokens) - 1
+      extra = {"target_next": top[i, :n, 0].astype(np.int32)} if target_next else {}
+      filled[id(s)] = dataclasses.replace(s, features=read[i, :n], **extra)
     return [filled.get(id(s), s) for s in sequences]
