@@ -120,7 +120,7 @@ def test_a_bfloat16_cache_is_read_as_its_numbers_widened(heads, kv_heads, head_d
   assert reference.dtype == jnp.float32
   np.testing.assert_allclose(ours, reference, rtol=2e-5, atol=2e-6)
   with pytest.raises(Exception, match="must both be float32 or both bfloat16"):
-    jax.block_until_ready(attention._kernel_attention(
+    jax.block_until_ready(attention.kernel_attention(
       q, keys16, jnp.asarray(values), allowed, attention.ends_of(allowed), 0.125
     ))  # fmt: skip
 

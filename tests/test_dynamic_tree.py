@@ -120,7 +120,7 @@ def _without_residual(key, tokens, trees, target_probs, max_depth, max_children)
   y = jnp.zeros((batch,), jnp.int32)
   for level in range(max_depth + 1):
     q = jnp.take_along_axis(target_probs, node[:, None, None], axis=1)[:, 0]
-    is_child, rank = rules._child_rank(trees, node)
+    is_child, rank = rules.child_rank(trees, node)
     accepted, child = jnp.zeros((batch,), bool), node
     for j in range(max_children):
       at_j = is_child & (rank == j)

@@ -459,13 +459,13 @@ def test_the_phase_breakdowns_calls_only_loop_replays_the_real_loop(feature):
 
 @pytest.mark.parametrize("depth", [1, 2])
 def test_training_time_test_runs_the_draft_as_a_drafted_block_does(draft, depth):
-  """Step `depth` + 1 of a block in training (`_predict` with the step mask) gives the
+  """Step `depth` + 1 of a block in training (`predict_steps` with the step mask) gives the
   logits the model gives in the loop: a catch-up over the target's features, then depth
   drafting steps on its own outputs."""
   rng = np.random.default_rng(2)
   tokens = jnp.asarray(rng.integers(2, 96, (1, 10)), jnp.int32)
   features = jnp.asarray(rng.normal(size=(1, 10, 32)), jnp.float32)
-  outputs = df._predict(draft.config, draft.params, tokens, df.previous_features(features), 3)
+  outputs = df.predict_steps(draft.config, draft.params, tokens, df.previous_features(features), 3)
   kept = draft.params["output_ids"]
   for j in (depth + 2, 9):
     start = j - depth  # the catch-up's token: the last one read with the target's feature

@@ -140,8 +140,8 @@ def test_matmul_matches_product_for_every_row_count(rows, isa):
     )
     _close(_jit(product)(x, operand), x, w)
   # The kernels themselves take up to MAX_ROWS rows, also past this CPU's row limits.
-  _close(_jit(small_k._kernel_matmul)(x, w), x, w)
-  _close(_jit(small_k._kernel_matmul_transposed)(x, e), x, w)
+  _close(_jit(small_k.kernel_matmul)(x, w), x, w)
+  _close(_jit(small_k.kernel_matmul_transposed)(x, e), x, w)
 
 
 def test_row_limits_stay_within_what_the_kernels_take():

@@ -60,7 +60,7 @@ _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
 @functools.cache
-def _byte_alphabet() -> dict[int, str]:
+def byte_alphabet() -> dict[int, str]:
   """GPT-2's byte -> printable character map (byte-level BPE spells tokens in it)."""
   printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
   chars, extra = {}, 0
@@ -172,7 +172,7 @@ class Tokenizer:
     text = self.backend.decode([token_id], skip_special_tokens=False)
     piece = self.backend.id_to_token(token_id)
     if "\ufffd" in text and piece is not None:
-      to_byte = {char: byte for byte, char in _byte_alphabet().items()}
+      to_byte = {char: byte for byte, char in byte_alphabet().items()}
       if all(char in to_byte for char in piece):
         return bytes(to_byte[char] for char in piece).decode("utf-8", errors="backslashreplace")
     return text
@@ -289,7 +289,7 @@ class Tokenizer:
         f"{path}: a byte-level BPE tokenizer needs tokenizer.ggml.merges and one token type "
         f"per token ({len(tokens)} tokens, {len(types)} types)"
       )
-    alphabet = _byte_alphabet()
+    alphabet = byte_alphabet()
     spelled = set(alphabet.values())
 
     def spell(token: str) -> str:  # as transformers does: tokens outside the byte alphabet

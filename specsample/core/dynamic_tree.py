@@ -77,7 +77,7 @@ class RowTrees:
     return jnp.argmax(at_depth, axis=-1).astype(jnp.int32)
 
 
-def _child_rank(trees: RowTrees, node: jax.Array) -> tuple[jax.Array, jax.Array]:
+def child_rank(trees: RowTrees, node: jax.Array) -> tuple[jax.Array, jax.Array]:
   """The children of node int32[batch] -> (is_child bool[batch, size], their rank among
   the node's children in slot order int32[batch, size])."""
   is_child = trees.parents == node[:, None]
@@ -133,7 +133,7 @@ def verify_dynamic_sampling(
     u = jax.random.uniform(try_key, (batch, max_children))
     residual = jnp.take_along_axis(target_probs, node[:, None, None], axis=1)[:, 0]  # [b, vocab]
     fallback = residual
-    is_child, rank = _child_rank(trees, node)
+    is_child, rank = child_rank(trees, node)
     accepted = jnp.zeros((batch,), bool)
     child = node
     for j in range(max_children):  # static: the j-th child, if any

@@ -105,11 +105,11 @@ def cached_attention(
     return xla_attention(queries, keys, values, allowed, scale)
   if ends is None:
     ends = ends_of(allowed)
-  return _kernel_attention(queries, keys, values, allowed, ends.astype(jnp.int32), scale)
+  return kernel_attention(queries, keys, values, allowed, ends.astype(jnp.int32), scale)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5,))
-def _kernel_attention(queries, keys, values, allowed, ends, scale):
+def kernel_attention(queries, keys, values, allowed, ends, scale):
   """The custom call on CPU, XLA elsewhere."""
   call = jax.ffi.ffi_call(
     _TARGET, jax.ShapeDtypeStruct(queries.shape, jnp.float32), vmap_method="sequential"
@@ -124,11 +124,11 @@ def _kernel_attention(queries, keys, values, allowed, ends, scale):
   return jax.lax.platform_dependent(queries, keys, values, allowed, ends, cpu=kernel, default=xla)
 
 
-@_kernel_attention.defjvp
+@kernel_attention.defjvp
 def _kernel_attention_jvp(scale, primals, tangents):
   # Gradients (training) go through XLA's attention: the same function up to rounding.
   queries, keys, values, allowed, ends = primals
-  out = _kernel_attention(queries, keys, values, allowed, ends, scale)
+  out = kernel_attention(queries, keys, values, allowed, ends, scale)
   _, tangent = jax.jvp(
     lambda q, k, v: xla_attention(q, k, v, allowed, scale),
     (queries, keys, values),

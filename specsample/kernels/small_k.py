@@ -116,8 +116,8 @@ def _bilinear_kernel(target: str, out_axis: int, xla):
   return product
 
 
-_kernel_matmul = _bilinear_kernel(_TARGET, 1, _xla_matmul)  # [rows, d] x [d, n]
-_kernel_matmul_transposed = _bilinear_kernel(_TARGET_TRANSPOSED, 0, _xla_matmul_transposed)
+kernel_matmul = _bilinear_kernel(_TARGET, 1, _xla_matmul)  # [rows, d] x [d, n]
+kernel_matmul_transposed = _bilinear_kernel(_TARGET_TRANSPOSED, 0, _xla_matmul_transposed)
 
 
 @jax.custom_jvp
@@ -162,7 +162,7 @@ def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
   if not uses_kernel(x.shape, x.dtype, w.dtype):
     return _xla_matmul(x, w)
   rows = x.reshape(-1, x.shape[-1])  # [rows, d]
-  return _kernel_matmul(rows, w).reshape(*x.shape[:-1], w.shape[1])
+  return kernel_matmul(rows, w).reshape(*x.shape[:-1], w.shape[1])
 
 
 def matmul_transposed(x: jax.Array, e: jax.Array) -> jax.Array:
@@ -180,4 +180,4 @@ def matmul_transposed(x: jax.Array, e: jax.Array) -> jax.Array:
   if not uses_kernel(x.shape, x.dtype, e.dtype, transposed=True):
     return _xla_matmul_transposed(x, e)
   rows = x.reshape(-1, x.shape[-1])  # [rows, d]
-  return _kernel_matmul_transposed(rows, e).reshape(*x.shape[:-1], e.shape[0])
+  return kernel_matmul_transposed(rows, e).reshape(*x.shape[:-1], e.shape[0])

@@ -162,7 +162,7 @@ def step_mask(length: int, depth: int, steps: int) -> jax.Array:
   return allowed
 
 
-def _predict(config, params, tokens, previous, steps: int = 1):
+def predict_steps(config, params, tokens, previous, steps: int = 1):
   """The draft over whole sequences, as drafting steps 1..`steps` of a block would run it
   (training-time test): step 1 reads `previous` (the target's features), step s > 1 reads
   step s - 1's predictions, with the cache of a real block (`step_mask`). -> ([predicted
@@ -196,7 +196,7 @@ def loss(
   target_logits = jnp.einsum("bld,kd->blk", final, params["output_embedding"])
   target_probs = jax.nn.softmax(target_logits)
   total = 0.0
-  for x, draft_logits in _predict(config, params, batch.tokens, previous, steps):
+  for x, draft_logits in predict_steps(config, params, batch.tokens, previous, steps):
     cross_entropy = -jnp.sum(target_probs * jax.nn.log_softmax(draft_logits), axis=-1)  # [b, L]
     error = jnp.abs(x - final)
     smooth_l1 = jnp.mean(jnp.where(error < 1.0, 0.5 * error**2, error - 0.5), axis=-1)
@@ -287,7 +287,7 @@ def _agreement_counts(config, params, batch: FeatureBatch, steps: int):
   """Per drafting step and position: does the draft's argmax equal batch.next_tokens (the
   target's argmax at response positions: a greedy response's next tokens, or those read
   for a sampled one, `agreement`)?  -> bool[steps, b, L]"""
-  outputs = _predict(config, params, batch.tokens, previous_features(batch.features), steps)
+  outputs = predict_steps(config, params, batch.tokens, previous_features(batch.features), steps)
   return jnp.stack(
     [
       params["output_ids"][jnp.argmax(logits, axis=-1)] == batch.next_tokens
