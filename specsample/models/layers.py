@@ -95,21 +95,27 @@ def mask_bias(allowed: jax.Array) -> jax.Array:
 
 
 class RMSNorm(nn.Module):
-  """x / rms(x) * scale, computed in float32, without mean or bias (T5, Llama)."""
+  """x / rms(x) * scale, computed in float32, without mean or bias (T5, Llama); with
+  `plus_one`, x / rms(x) * (1 + scale), scale initialised to 0 (Gemma)."""
 
   epsilon: float = 1e-6
   dtype: jnp.dtype = jnp.float32
+  plus_one: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.dtype)
+    init = nn.initializers.zeros if self.plus_one else nn.initializers.ones
+    scale = self.param("scale", init, (x.shape[-1],), self.dtype)
     x32 = x.astype(jnp.float32)
     # The mean square through small_k.row_sums: on CPU each row's sum is taken in the same
     # order whatever the number of rows, so a verified position is normalized exactly as a
     # plain decoding step would normalize it.
     mean_square = small_k.row_sums(x32 * x32)[..., None] / x.shape[-1]
     x32 = x32 * jax.lax.rsqrt(mean_square + self.epsilon)
-    return (x32 * scale.astype(jnp.float32)).astype(self.dtype)
+    factor = scale.astype(jnp.float32)
+    if self.plus_one:
+      factor = 1.0 + factor
+    return (x32 * factor).astype(self.dtype)
 
 
 class Projection(nn.Module):

@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specsample.kernels import decoder_layer, small_k
+from specsample.kernels import decoder_layer
 from specsample.kernels.attention import cached_attention, ends_of
 from specsample.models import kv_cache
 from specsample.models.decoder_only.config import DecoderOnlyConfig
@@ -71,25 +71,9 @@ def attention_mask(positions: jax.Array, capacity: int, window: int | None) -> j
   return causal_mask(positions, capacity, window)
 
 
-class PlusOneRMSNorm(nn.Module):
-  """Gemma's RMSNorm: x / rms(x) * (1 + scale), in float32 (scale initialised to 0)."""
-
-  epsilon: float = 1e-6
-  dtype: jnp.dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
-    scale = self.param("scale", nn.initializers.zeros, (x.shape[-1],), self.dtype)
-    x32 = x.astype(jnp.float32)
-    mean_square = small_k.row_sums(x32 * x32)[..., None] / x.shape[-1]  # as RMSNorm
-    x32 = x32 * jax.lax.rsqrt(mean_square + self.epsilon)
-    return (x32 * (1.0 + scale.astype(jnp.float32))).astype(self.dtype)
-
-
 def norm(config: DecoderOnlyConfig) -> nn.Module:
   """The config's RMSNorm (times scale, or times 1 + scale for Gemma)."""
-  kind = PlusOneRMSNorm if config.norm_plus_one else RMSNorm
-  return kind(config.layer_norm_epsilon, jnp.dtype(config.dtype))
+  return RMSNorm(config.layer_norm_epsilon, jnp.dtype(config.dtype), config.norm_plus_one)
 
 
 def _activation(config: DecoderOnlyConfig):
