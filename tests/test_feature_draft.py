@@ -300,14 +300,12 @@ def test_features_alone_equal_the_features_read_with_top_k(target):
     generate_responses(target, RAGGED, max_new_tokens=8, k=0)
 
 
-def test_training_brings_the_draft_closer_to_the_target(target, draft, tmp_path):
-  rng = np.random.default_rng(0)
-  prompts = [rng.integers(2, 96, rng.integers(3, 9)).tolist() for _ in range(24)]
-  responses = generate_responses(target, prompts, max_new_tokens=16, features=True)
-  sequences = [
+def _greedy_sequences(responses, *, features: bool = True) -> list[df.FeatureSequence]:
+  """Greedy responses as training sequences (with their features, or None: to be read)."""
+  return [
     df.FeatureSequence(
       tokens=np.asarray(r.prompt + r.tokens, np.int32),
-      features=r.features,
+      features=r.features if features else None,
       prompt_length=len(r.prompt),
       task="chat",
       temperature=0.0,
@@ -315,6 +313,13 @@ def test_training_brings_the_draft_closer_to_the_target(target, draft, tmp_path)
     )  # fmt: skip
     for i, r in enumerate(responses)
   ]
+
+
+def test_training_brings_the_draft_closer_to_the_target(target, draft, tmp_path):
+  rng = np.random.default_rng(0)
+  prompts = [rng.integers(2, 96, rng.integers(3, 9)).tolist() for _ in range(24)]
+  responses = generate_responses(target, prompts, max_new_tokens=16, features=True)
+  sequences = _greedy_sequences(responses)
   before = df.agreement(draft, sequences)
   stream = df.batches(sequences, 256, seed=0, bucket=32)
   settings = df.FeatureDistillSettings(steps=60, learning_rate=3e-3, warmup_steps=5, log_every=20)
@@ -335,17 +340,7 @@ def test_agreement_scores_sampled_responses_against_the_targets_greedy_tokens(ta
   from specsample.train.store_features import LiveFeatures
 
   responses = generate_responses(target, RAGGED, max_new_tokens=8, features=True)
-  greedy = [
-    df.FeatureSequence(
-      tokens=np.asarray(r.prompt + r.tokens, np.int32),
-      features=None,
-      prompt_length=len(r.prompt),
-      task="chat",
-      temperature=0.0,
-      index=i,
-    )  # fmt: skip
-    for i, r in enumerate(responses)
-  ]
+  greedy = _greedy_sequences(responses, features=False)
   read = LiveFeatures(target)(greedy, target_next=True)
   for s in read:  # a greedy response's next tokens are the target's argmax
     np.testing.assert_array_equal(s.target_next[s.prompt_length - 1 :], s.tokens[s.prompt_length :])
