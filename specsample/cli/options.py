@@ -23,28 +23,28 @@ class UsageError(ValueError):
   """A bad combination of arguments (exit code 2, one line)."""
 
 
+def bounded_number(text: str, parse, low, high, *, expected: str, out_of_range: str):
+  """`text` read by `parse` (int or float), within [low, high]; else an
+  ArgumentTypeError: "`expected`, got 'text'" or "`out_of_range`, got value"."""
+  try:
+    value = parse(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"{expected}, got {text!r}") from None
+  if not low <= value <= high:
+    raise argparse.ArgumentTypeError(f"{out_of_range}, got {value}")
+  return value
+
+
 def gamma_value(text: str) -> int | str:
   if text == "auto":
     return text
-  try:
-    value = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(
-      f'expected a positive integer or "auto", got {text!r}'
-    ) from None
-  if not 1 <= value <= MAX_GAMMA:
-    raise argparse.ArgumentTypeError(f"gamma must be in 1..{MAX_GAMMA}, got {value}")
-  return value
+  return bounded_number(text, int, 1, MAX_GAMMA, expected='expected a positive integer or "auto"',
+                        out_of_range=f"gamma must be in 1..{MAX_GAMMA}")  # fmt: skip
 
 
 def unit_interval(text: str) -> float:
-  try:
-    value = float(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-  if not 0.0 <= value <= 1.0:
-    raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
-  return value
+  within = "expected a number in [0, 1]"
+  return bounded_number(text, float, 0.0, 1.0, expected=within, out_of_range=within)
 
 
 def tree_shape(text: str) -> int | DynamicTree:
@@ -57,35 +57,22 @@ def tree_shape(text: str) -> int | DynamicTree:
     if value > MAX_NODES:
       raise argparse.ArgumentTypeError(f"--tree dynamic:N takes 1..{MAX_NODES} nodes, got {value}")
     return DynamicTree(nodes=value)
-  try:
-    value = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(
-      f"--tree takes a number of chains (2..{MAX_CHAINS}), 'dynamic' or 'dynamic:N', got {text!r}"
-    ) from None
-  if not 2 <= value <= MAX_CHAINS:
-    raise argparse.ArgumentTypeError(f"--tree takes 2..{MAX_CHAINS} chains, got {value}")
-  return value
+  return bounded_number(
+    text, int, 2, MAX_CHAINS,
+    expected=f"--tree takes a number of chains (2..{MAX_CHAINS}), 'dynamic' or 'dynamic:N'",
+    out_of_range=f"--tree takes 2..{MAX_CHAINS} chains",
+  )  # fmt: skip
 
 
 def seed_value(text: str) -> int:
-  try:
-    value = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
-  if not SEED_RANGE[0] <= value < SEED_RANGE[1]:
-    raise argparse.ArgumentTypeError(f"seed must be in [-2**63, 2**63), got {text}")
-  return value
+  return bounded_number(text, int, SEED_RANGE[0], SEED_RANGE[1] - 1,
+                        expected="expected an integer seed",
+                        out_of_range="seed must be in [-2**63, 2**63)")  # fmt: skip
 
 
 def positive_int(text: str) -> int:
-  try:
-    value = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-  if value < 1:
-    raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-  return value
+  positive = "expected a positive integer"
+  return bounded_number(text, int, 1, float("inf"), expected=positive, out_of_range=positive)
 
 
 def int_list(text: str, maximum: int = 4096) -> tuple[int, ...]:
