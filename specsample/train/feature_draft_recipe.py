@@ -191,26 +191,31 @@ def load_checkpoint(path: str, draft: FeatureDraft, settings: df.FeatureDistillS
 LIVE_VALIDATION = 200  # validation sequences scored at the end with live features
 
 
-def starting_draft(options: FeatureDraftOptions, target) -> FeatureDraft:
-  """The draft training starts from (`target`: float32, its output rows and embedding):
-  --init-from's (made to read the fused layers, proposing as it did), else a new one
-  of the kept tokens in work/vocab.json."""
-  layers = feature_layers(options)
-  if not options.init_from:
-    with open(os.path.join(options.work, "vocab.json")) as f:
-      ids = np.asarray(json.load(f)["ids"], np.int32)
-    return df.draft_for_target(target, ids, num_layers=options.layers, seed=options.seed,
-                               feature_layers=layers)  # fmt: skip
-  # continue from a trained draft (e.g. with more drafting steps)
+def fused_draft(path: str, target, layers: tuple[int, ...], stage: str) -> FeatureDraft:
+  """The feature draft at `path` reading the target's `layers` (one that read the final
+  state alone is widened by `with_fusion`: it proposes as it did)."""
   from specsample.checkpoints.feature_draft import load_feature_draft
 
-  draft = load_feature_draft(options.init_from, target)
-  if layers and not draft.config.feature_layers:  # it then reads them, same proposals
+  draft = load_feature_draft(path, target)
+  if layers and not draft.config.feature_layers:
     draft = with_fusion(draft, layers)
   if draft.config.feature_layers != layers:
-    raise StageError(f"train: {options.init_from} fuses the target's layers "
+    raise StageError(f"{stage}: {path} fuses the target's layers "
                      f"{draft.config.feature_layers}; --feature-layers: {layers}")  # fmt: skip
   return draft
+
+
+def starting_draft(options: FeatureDraftOptions, target) -> FeatureDraft:
+  """The draft training starts from (`target`: float32, its output rows and embedding):
+  --init-from's (e.g. to train with more drafting steps), else a new one of the kept
+  tokens in work/vocab.json."""
+  layers = feature_layers(options)
+  if options.init_from:
+    return fused_draft(options.init_from, target, layers, "train")
+  with open(os.path.join(options.work, "vocab.json")) as f:
+    ids = np.asarray(json.load(f)["ids"], np.int32)
+  return df.draft_for_target(target, ids, num_layers=options.layers, seed=options.seed,
+                             feature_layers=layers)  # fmt: skip
 
 
 def train_settings(options: FeatureDraftOptions) -> df.FeatureDistillSettings:
@@ -222,11 +227,10 @@ def train_settings(options: FeatureDraftOptions) -> df.FeatureDistillSettings:
   )  # fmt: skip
 
 
-def validation_sequences(options: FeatureDraftOptions, tokenizer, feature_target) -> list:
-  """The held-out sequences scored (the first LIVE_VALIDATION with live features), with
-  the target's greedy token after every position (`agreement` scores sampled responses
-  against it)."""
-  _, validation = load_sequences(options, tokenizer)
+def scored_validation(options: FeatureDraftOptions, validation: list, feature_target) -> list:
+  """The held-out sequences scored (with live features: the first LIVE_VALIDATION of
+  `validation`, their features and the target's greedy token after every position read:
+  `agreement` scores sampled responses against it)."""
   if options.features != "live":
     return validation
   from specsample.train.store_features import LiveFeatures
@@ -244,8 +248,8 @@ def stage_train(
   if options.init_from:
     log(f"train: starting from {options.init_from}")
   path = os.path.join(options.work, "checkpoint.npz")
-  train, _ = load_sequences(options, tokenizer)
-  validation = validation_sequences(options, tokenizer, feature_target)
+  train, validation = load_sequences(options, tokenizer)
+  validation = scored_validation(options, validation, feature_target)
   complete = None
   if options.features == "live":
     from specsample.train.store_features import LiveFeatures
@@ -303,21 +307,14 @@ def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_targ
   else the bundle's feature draft), on the same sequences scored against the target's
   greedy tokens: work/validation.json (as the train stage writes it) and
   work/validation_baseline.json. -> {"draft": scores, "baseline": scores}."""
-  from specsample.checkpoints.feature_draft import load_feature_draft
-
   path = os.path.join(options.work, "checkpoint.npz")
   if not os.path.exists(path):
     raise StageError(f"validate: {path} does not exist (the train stage makes it)")
   draft, _, step = load_checkpoint(path, starting_draft(options, target), train_settings(options))
   baseline_path = options.init_from or os.path.join(options.bundle, "feature_draft")
-  baseline = load_feature_draft(baseline_path, target)
-  if draft.config.feature_layers and not baseline.config.feature_layers:
-    baseline = with_fusion(baseline, draft.config.feature_layers)  # proposes as it did
-  if baseline.config.feature_layers != draft.config.feature_layers:
-    raise StageError(f"validate: {baseline_path} fuses the target's layers "
-                     f"{baseline.config.feature_layers}, the draft "
-                     f"{draft.config.feature_layers}")  # fmt: skip
-  validation = validation_sequences(options, tokenizer, feature_target)
+  baseline = fused_draft(baseline_path, target, feature_layers(options), "validate")
+  _, validation = load_sequences(options, tokenizer)
+  validation = scored_validation(options, validation, feature_target)
   log(f"validate: the draft at step {step} against {baseline_path} on {len(validation)} "
       "held-out sequences")  # fmt: skip
   scores = write_validation(options.work, lambda items: df.agreement(draft, items, steps=3),
