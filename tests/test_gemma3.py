@@ -16,16 +16,21 @@ from tiny_models import assert_tree_chains_score_like_plain_calls
 from specsample.core.dynamic_tree import RowTrees
 from specsample.core.tree import TreeLayout
 from specsample.kernels import decoder_layer
-from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig, GemmaLayers
 
 # 4 layers, every 3rd global (as Gemma 3's every 6th), a window of 3 positions.
 GEMMA = DecoderOnlyConfig(
   vocab_size=64, d_model=32, num_heads=4, num_kv_heads=1, head_dim=16, mlp_dim=48,
-  num_layers=4, rope_theta=1_000_000.0, local_layers=(0, 1, 3), local_window=3,
-  local_rope_theta=10_000.0, qk_norm=True, post_norms=True, norm_plus_one=True,
-  scale_embeddings=True, mlp_activation="gelu_tanh", query_pre_attn_scalar=24.0,
+  num_layers=4, rope_theta=1_000_000.0, qk_norm=True,
+  gemma=GemmaLayers(query_pre_attn_scalar=24.0, local_layers=(0, 1, 3), local_window=3,
+                    local_rope_theta=10_000.0),
   tie_word_embeddings=True, layer_norm_epsilon=1e-6, eos_id=1, pad_id=0,
 )  # fmt: skip
+
+
+def _with(**gemma_changes) -> DecoderOnlyConfig:
+  """GEMMA with some of its Gemma options changed."""
+  return GEMMA.replace(gemma=GEMMA.gemma.replace(**gemma_changes))
 
 
 def _model(config=GEMMA, seed=0) -> DecoderOnly:
@@ -62,24 +67,25 @@ def _reference_logits(model: DecoderOnly, tokens: np.ndarray) -> np.ndarray:
 
   length = len(tokens)
   positions = np.arange(length, dtype=np.float64)
+  g = c.gemma
   x = p["embed"]["embedding"][tokens].astype(np.float64) * np.sqrt(c.d_model)
   for i in range(c.num_layers):
     b = p[f"blocks_{i}"]
-    local = i in c.local_layers
+    local = i in g.local_layers
     h = rms(x, b["attention_norm"]["scale"])
     q = (h @ b["query"]["kernel"]).reshape(length, c.num_heads, c.head_dim)
     k = (h @ b["key"]["kernel"]).reshape(length, c.num_kv_heads, c.head_dim)
     v = (h @ b["value"]["kernel"]).reshape(length, c.num_kv_heads, c.head_dim)
     q, k = rms(q, b["query_norm"]["scale"]), rms(k, b["key_norm"]["scale"])
-    theta = c.local_rope_theta if local else c.rope_theta
+    theta = g.local_rope_theta if local else c.rope_theta
     q, k = rotate(q, theta, positions), rotate(k, theta, positions)
     group = c.num_heads // c.num_kv_heads
     k, v = np.repeat(k, group, 1), np.repeat(v, group, 1)
-    scores = np.einsum("qhd,khd->hqk", q, k) * c.query_pre_attn_scalar**-0.5
+    scores = np.einsum("qhd,khd->hqk", q, k) * g.query_pre_attn_scalar**-0.5
     query, key = np.arange(length)[:, None], np.arange(length)[None, :]
     allowed = key <= query
     if local:
-      allowed &= key > query - c.local_window
+      allowed &= key > query - g.local_window
     scores = np.where(allowed[None], scores, -np.inf)
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     weights /= weights.sum(-1, keepdims=True)
@@ -105,10 +111,10 @@ def test_window_and_local_rope_matter():
   model = _model()
   tokens = jnp.array([[2, 5, 9, 13, 7, 22, 31, 4]], jnp.int32)
   logits = model.forward(tokens)
-  wide = model.replace(config=GEMMA.replace(local_window=100)).forward(tokens)
+  wide = model.replace(config=_with(local_window=100)).forward(tokens)
   np.testing.assert_allclose(wide[:, :3], logits[:, :3], atol=1e-5, rtol=1e-5)
   assert float(jnp.max(jnp.abs(wide[:, 3:] - logits[:, 3:]))) > 1e-3
-  same_base = model.replace(config=GEMMA.replace(local_rope_theta=None)).forward(tokens)
+  same_base = model.replace(config=_with(local_rope_theta=None)).forward(tokens)
   assert float(jnp.max(jnp.abs(same_base[:, 1:] - logits[:, 1:]))) > 1e-3
 
 
@@ -149,7 +155,7 @@ def _tree_case(model, layout):
 @pytest.mark.parametrize("window", [2, 3, 100])
 def test_each_chain_of_a_tree_call_scores_like_a_plain_call(window):
   """Chains 4 deep with windows of 2 and 3: the tree slots' window is by depth."""
-  config = GEMMA.replace(local_window=window)
+  config = _with(local_window=window)
   _tree_case(_model(config), TreeLayout.chains(2, 4, root=True))
 
 
@@ -158,7 +164,7 @@ def test_row_trees_score_each_chain_like_a_plain_call():
   layout = TreeLayout.chains(2, 4, root=True)
   parents = jnp.broadcast_to(jnp.asarray(layout.parents, jnp.int32), (2, layout.size))
   rows = RowTrees.from_parents(parents, 4)
-  _tree_case(_model(GEMMA.replace(local_window=2)), rows)
+  _tree_case(_model(_with(local_window=2)), rows)
 
 
 def test_gemma_layers_never_take_the_fused_layer_kernel(monkeypatch):
@@ -175,13 +181,23 @@ def test_gemma_layers_never_take_the_fused_layer_kernel(monkeypatch):
 
 def test_config_checks():
   with pytest.raises(ValueError, match="local_window"):
-    DecoderOnlyConfig(num_layers=2, local_layers=(0,))
+    GemmaLayers(local_layers=(0,))
   with pytest.raises(ValueError, match="outside"):
-    DecoderOnlyConfig(num_layers=2, local_layers=(2,), local_window=4)
-  with pytest.raises(ValueError, match="mlp_activation"):
-    DecoderOnlyConfig(mlp_activation="relu")
+    DecoderOnlyConfig(num_layers=2, gemma=GemmaLayers(local_layers=(2,), local_window=4))
   assert GEMMA.attention_scale == 24.0**-0.5
+  assert DecoderOnlyConfig(head_dim=64, gemma=GemmaLayers()).attention_scale == 64**-0.5
   assert DecoderOnlyConfig(head_dim=64).attention_scale == 64**-0.5
+  assert GEMMA.local_layers == (0, 1, 3) and DecoderOnlyConfig().local_layers == ()
+  assert [GEMMA.is_local(i) for i in range(4)] == [True, True, False, True]
+
+
+def test_a_gemma_config_has_no_llama_config_json():
+  """Written as a Llama config.json it would load as a different model: refused."""
+  from specsample.checkpoints.decoder_only import hf_config_of
+
+  with pytest.raises(ValueError, match="Gemma"):
+    hf_config_of(GEMMA)
+  assert hf_config_of(GEMMA.replace(gemma=None))["model_type"] == "llama"
 
 
 def test_a_transformers_gemma3_directory_loads_with_its_logits(tmp_path):
@@ -206,7 +222,9 @@ def test_a_transformers_gemma3_directory_loads_with_its_logits(tmp_path):
   reference.save_pretrained(tmp_path)
   model = load_model(tmp_path)
   c = model.config
-  assert (c.local_layers, c.local_window, c.query_pre_attn_scalar) == ((0, 2), 4, 20.0)
+  assert c.gemma == GemmaLayers(
+    query_pre_attn_scalar=20.0, local_layers=(0, 2), local_window=4, local_rope_theta=10_000.0
+  )
   tokens = [[2, 17, 33, 5, 91, 60, 8, 44, 12, 71, 3, 29]]
   with torch.no_grad():
     want = reference(torch.tensor(tokens)).logits.numpy()

@@ -98,9 +98,10 @@ def test_the_gguf_reads_as_gemma3_270m(ours, tokenizer):
   assert isinstance(ours, DecoderOnly)
   assert (c.num_layers, c.d_model, c.num_heads, c.num_kv_heads, c.head_dim) == (18, 640, 4, 1, 256)
   assert (c.vocab_size, c.mlp_dim, c.tie_word_embeddings) == (262144, 2048, True)
-  assert (c.rope_theta, c.local_rope_theta, c.local_window) == (1e6, 1e4, 512)
-  assert c.local_layers == tuple(i for i in range(18) if i % 6 != 5)
-  assert c.query_pre_attn_scalar == 256 and c.mlp_activation == "gelu_tanh" and c.post_norms
+  g = c.gemma
+  assert (c.rope_theta, g.local_rope_theta, g.local_window) == (1e6, 1e4, 512)
+  assert g.local_layers == c.local_layers == tuple(i for i in range(18) if i % 6 != 5)
+  assert g.query_pre_attn_scalar == 256 and not c.llama_layers
   assert c.num_parameters == sum(x.size for x in jax.tree_util.tree_leaves(ours.params))
   assert 267e6 < c.num_parameters < 269e6
   assert (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id) == (2, 1, 0)

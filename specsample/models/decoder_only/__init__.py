@@ -1,6 +1,6 @@
 """A decoder-only transformer (Llama layout and its relatives) behind the model contract."""
 
-from specsample.models.decoder_only.config import PRESETS, DecoderOnlyConfig, preset
+from specsample.models.decoder_only.config import PRESETS, DecoderOnlyConfig, GemmaLayers, preset
 from specsample.models.decoder_only.model import DecoderOnly, DecoderOnlyState
 from specsample.models.decoder_only.network import DecoderOnlyNetwork, rotary
 
@@ -10,6 +10,7 @@ __all__ = [
   "DecoderOnlyConfig",
   "DecoderOnlyNetwork",
   "DecoderOnlyState",
+  "GemmaLayers",
   "preset",
   "rotary",
 ]

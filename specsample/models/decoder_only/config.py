@@ -2,12 +2,9 @@
 
 One config covers the Llama family and its relatives as Hugging Face builds them:
 Llama 2/3/3.x (rope scaling), SmolLM, Mistral (sliding-window attention), Qwen2 (q/k/v
-biases), Qwen3 (RMSNorm on each head's queries and keys) and Gemma 3's text model (local
-sliding-window layers between global ones, each kind with its own rotary base, norms
-after attention and MLP, RMSNorm times (1 + scale), embeddings times sqrt(d_model), a
-GELU-tanh gated MLP, queries scaled by query_pre_attn_scalar^-0.5). It is frozen and
-hashable (static in compiled programs); rope settings are stored as tuples for that reason.
-The Gemma options' defaults leave every other model exactly as it was.
+biases), Qwen3 (RMSNorm on each head's queries and keys) and, with its `GemmaLayers` options,
+Gemma 3's text model. It is frozen and hashable (static in compiled programs); rope
+settings are stored as tuples for that reason.
 """
 
 from __future__ import annotations
@@ -19,7 +16,33 @@ import math
 import numpy as np
 
 ROPE_TYPES = ("default", "linear", "llama3")
-MLP_ACTIVATIONS = ("silu", "gelu_tanh")  # SwiGLU (Llama) | GeGLU with tanh GELU (Gemma)
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmaLayers:
+  """Gemma 2/3's layers, where they differ from Llama's: every RMSNorm multiplies by
+  (1 + scale), the input embeddings are multiplied by sqrt(d_model), norms follow the
+  attention and the MLP, the MLP is gated by tanh-approximated GELU (GeGLU, not SwiGLU),
+  and the attention logits are scaled by query_pre_attn_scalar^-0.5 (None: head_dim^-0.5).
+
+  The `local_layers` (indices) attend only to the last `local_window` positions (by
+  position: tree slots by their depth) and rotate with `local_rope_theta` (plain rotary
+  frequencies, no scaling; None: the global layers' frequencies). The other layers are
+  global (causal over everything).
+  """
+
+  query_pre_attn_scalar: float | None = None
+  local_layers: tuple[int, ...] = ()
+  local_window: int | None = None
+  local_rope_theta: float | None = None
+
+  def __post_init__(self):
+    object.__setattr__(self, "local_layers", tuple(int(i) for i in self.local_layers))
+    if self.local_layers and (self.local_window is None or self.local_window < 1):
+      raise ValueError(f"local_layers need local_window >= 1, got {self.local_window}")
+
+  def replace(self, **changes) -> GemmaLayers:
+    return dataclasses.replace(self, **changes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,19 +71,7 @@ class DecoderOnlyConfig:
   mlp_bias: bool = False
   qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on queries and keys, before rotary
   sliding_window: int | None = None  # Mistral v0.1: attend to the last `window` positions
-  # Gemma 3: the layers (indices) that attend only to the last `local_window` positions
-  # (by position: tree slots by their depth) and rotate with `local_rope_theta` (plain
-  # rotary frequencies, no scaling; None: the global layers' frequencies). The others are
-  # global (causal over everything).
-  local_layers: tuple[int, ...] = ()
-  local_window: int | None = None
-  local_rope_theta: float | None = None
-  post_norms: bool = False  # Gemma 2/3: RMSNorm on the attention's and the MLP's outputs
-  norm_plus_one: bool = False  # Gemma: every RMSNorm multiplies by (1 + scale)
-  scale_embeddings: bool = False  # Gemma: input embeddings times sqrt(d_model)
-  mlp_activation: str = "silu"  # MLP_ACTIVATIONS
-  # Attention logits times query_pre_attn_scalar^-0.5 (Gemma); None: head_dim^-0.5.
-  query_pre_attn_scalar: float | None = None
+  gemma: GemmaLayers | None = None  # Gemma's layers; None: Llama's
   # Feature-level drafts (EAGLE-3's fusion of low, middle and high layers): the layers
   # (indices) whose outputs (the residual stream after them) join the final-normed hidden
   # state in the features the model gives (a target) or reads (a feature draft), which are
@@ -104,7 +115,6 @@ class DecoderOnlyConfig:
         raise ValueError("a reduced output layer (output_vocab_size) cannot be tied")
     if self.sliding_window is not None and self.sliding_window < 1:
       raise ValueError(f"sliding_window must be >= 1 or None, got {self.sliding_window}")
-    object.__setattr__(self, "local_layers", tuple(int(i) for i in self.local_layers))
     if any(not 0 <= i < self.num_layers for i in self.local_layers):
       raise ValueError(f"local_layers {self.local_layers} outside 0..{self.num_layers - 1}")
     object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
@@ -112,12 +122,6 @@ class DecoderOnlyConfig:
       i < 0 for i in self.feature_layers
     ):  # a draft's are its target's layers: the target checks they exist
       raise ValueError(f"feature_layers must be increasing indices, got {self.feature_layers}")
-    if self.local_layers and (self.local_window is None or self.local_window < 1):
-      raise ValueError(f"local_layers need local_window >= 1, got {self.local_window}")
-    if self.mlp_activation not in MLP_ACTIVATIONS:
-      raise ValueError(
-        f"mlp_activation must be one of {MLP_ACTIVATIONS}, got {self.mlp_activation!r}"
-      )
     if isinstance(self.eos_id, list | tuple):
       object.__setattr__(self, "eos_id", tuple(int(e) for e in self.eos_id) or None)
     eos = self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
@@ -141,7 +145,7 @@ class DecoderOnlyConfig:
     block = d * q + 2 * d * kv + q * d + 3 * d * self.mlp_dim + 2 * d
     block += (q + 2 * kv) * self.qkv_bias + d * self.out_bias
     block += (2 * self.mlp_dim + d) * self.mlp_bias + 2 * self.head_dim * self.qk_norm
-    block += 2 * d * self.post_norms
+    block += 2 * d * (self.gemma is not None)  # the post-norms
     if self.output_vocab_size is not None:
       output = self.output_vocab_size * (d + 1)  # the kernel and its token ids
     else:
@@ -150,19 +154,20 @@ class DecoderOnlyConfig:
 
   @property
   def llama_layers(self) -> bool:
-    """Whether the layers are Llama-shaped (none of Gemma's options): only those may take
-    the fused decoder-layer kernel (kernels.decoder_layer)."""
-    return not (
-      self.local_layers or self.post_norms or self.norm_plus_one or self.scale_embeddings
-      or self.mlp_activation != "silu" or self.query_pre_attn_scalar is not None
-    )  # fmt: skip
+    """Whether the layers are Llama-shaped (not Gemma's): only those may take the fused
+    decoder-layer kernel (kernels.decoder_layer)."""
+    return self.gemma is None
+
+  @property
+  def local_layers(self) -> tuple[int, ...]:
+    """The layers (indices) of a sliding window of their own (`GemmaLayers`); () if none."""
+    return self.gemma.local_layers if self.gemma is not None else ()
 
   @property
   def attention_scale(self) -> float:
     """The factor of the attention logits: query_pre_attn_scalar^-0.5 or head_dim^-0.5."""
-    if self.query_pre_attn_scalar is not None:
-      return float(self.query_pre_attn_scalar) ** -0.5
-    return self.head_dim**-0.5
+    scalar = self.gemma.query_pre_attn_scalar if self.gemma is not None else None
+    return (float(scalar) if scalar is not None else self.head_dim) ** -0.5
 
   @property
   def feature_size(self) -> int:
@@ -191,8 +196,8 @@ class DecoderOnlyConfig:
   def layer_rotary_frequencies(self, layer: int) -> np.ndarray:
     """float32[head_dim // 2]: layer `layer`'s rotary frequencies (local layers: plain
     frequencies of local_rope_theta where it is set)."""
-    if self.is_local(layer) and self.local_rope_theta is not None:
-      return _rotary_frequencies(self.head_dim, self.local_rope_theta, None, None)
+    if self.is_local(layer) and self.gemma.local_rope_theta is not None:
+      return _rotary_frequencies(self.head_dim, self.gemma.local_rope_theta, None, None)
     return self.rotary_frequencies()
 
 
@@ -220,52 +225,28 @@ def _rotary_frequencies(head_dim, theta, scaling, factors) -> np.ndarray:
   return inverse
 
 
-PRESETS = {
+# fmt: off
+PRESETS = {  # one row per shape, as gpt-fast's transformer_configs
   "llama-134m": DecoderOnlyConfig(),  # 12 layers, d 768: ~134M parameters (untied)
   "llama-20m": DecoderOnlyConfig(
     d_model=256, num_heads=4, num_kv_heads=4, mlp_dim=768, num_layers=6, vocab_size=16000
-  ),  # fmt: skip
+  ),
   # SmolLM2-135M's shape (the real weights: specsample.load_model of its GGUF or directory).
   "smollm2-135m": DecoderOnlyConfig(
-    vocab_size=49152,
-    d_model=576,
-    num_heads=9,
-    num_kv_heads=3,
-    head_dim=64,
-    mlp_dim=1536,
-    num_layers=30,
-    rope_theta=100000.0,
-    tie_word_embeddings=True,
-    eos_id=2,
-    pad_id=2,
-  ),  # fmt: skip
+    vocab_size=49152, d_model=576, num_heads=9, num_kv_heads=3, head_dim=64, mlp_dim=1536,
+    num_layers=30, rope_theta=100000.0, tie_word_embeddings=True, eos_id=2, pad_id=2,
+  ),
   # Llama 3 8B and Llama 3.2 1B shapes, for memory plans and compile checks.
   "llama3-8b": DecoderOnlyConfig(
-    vocab_size=128256,
-    d_model=4096,
-    num_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    mlp_dim=14336,
-    num_layers=32,
-    rope_theta=500000.0,
-    eos_id=128009,
-    pad_id=128009,
-  ),  # fmt: skip
+    vocab_size=128256, d_model=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+    mlp_dim=14336, num_layers=32, rope_theta=500000.0, eos_id=128009, pad_id=128009,
+  ),
   "llama3-1b": DecoderOnlyConfig(
-    vocab_size=128256,
-    d_model=2048,
-    num_heads=32,
-    num_kv_heads=8,
-    head_dim=64,
-    mlp_dim=8192,
-    num_layers=16,
-    rope_theta=500000.0,
-    tie_word_embeddings=True,
-    eos_id=128009,
-    pad_id=128009,
-  ),  # fmt: skip
+    vocab_size=128256, d_model=2048, num_heads=32, num_kv_heads=8, head_dim=64, mlp_dim=8192,
+    num_layers=16, rope_theta=500000.0, tie_word_embeddings=True, eos_id=128009, pad_id=128009,
+  ),
 }
+# fmt: on
 
 
 def preset(name: str) -> DecoderOnlyConfig:

@@ -73,11 +73,13 @@ def attention_mask(positions: jax.Array, capacity: int, window: int | None) -> j
 
 def norm(config: DecoderOnlyConfig) -> nn.Module:
   """The config's RMSNorm (times scale, or times 1 + scale for Gemma)."""
-  return RMSNorm(config.layer_norm_epsilon, jnp.dtype(config.dtype), config.norm_plus_one)
+  plus_one = config.gemma is not None
+  return RMSNorm(config.layer_norm_epsilon, jnp.dtype(config.dtype), plus_one)
 
 
 def _activation(config: DecoderOnlyConfig):
-  if config.mlp_activation == "gelu_tanh":
+  """The MLP's gate: tanh-approximated GELU for Gemma (GeGLU), else SiLU (SwiGLU)."""
+  if config.gemma is not None:
     return lambda x: jax.nn.gelu(x, approximate=True)
   return jax.nn.silu
 
@@ -96,7 +98,7 @@ class Block(nn.Module):
     if c.qk_norm:
       self.query_norm = norm(c)
       self.key_norm = norm(c)
-    if c.post_norms:
+    if c.gemma is not None:  # norms after the attention and the MLP
       self.post_attention_norm = norm(c)
       self.post_mlp_norm = norm(c)
     self.mlp_norm = norm(c)
@@ -128,10 +130,10 @@ class Block(nn.Module):
     context = cached_attention(queries, *cache, allowed, c.attention_scale, ends)
     attended = self.out(context.reshape(batch, k, c.num_heads * c.head_dim))
     # A post-norm ends in a product: rounded before the residual sum (`layers.rounded`)
-    x = x + (rounded(self.post_attention_norm(attended)) if c.post_norms else attended)
+    x = x + (rounded(self.post_attention_norm(attended)) if c.gemma is not None else attended)
     h = self.mlp_norm(x)
     mlp = self.down(_activation(c)(self.gate(h)) * self.up(h))
-    x = x + (rounded(self.post_mlp_norm(mlp)) if c.post_norms else mlp)
+    x = x + (rounded(self.post_mlp_norm(mlp)) if c.gemma is not None else mlp)
     return x, cache
 
   def _int8_layer(self, params, x, positions, cache: KeysValues, end_index, allowed, ends):
@@ -197,11 +199,11 @@ class DecoderOnlyNetwork(nn.Module):
     if c.local_layers:
       if key_positions is None:
         key_positions = jnp.arange(capacity, dtype=jnp.int32)[None, :]  # [1, capacity]
-      recent = key_positions[:, None, :] > positions[:, :, None] - c.local_window
+      recent = key_positions[:, None, :] > positions[:, :, None] - c.gemma.local_window
       local = allowed & recent  # [batch, k, capacity]
       masks[True] = (local, ends_of(local))
     x = lookup(self.embed, tokens, jnp.dtype(c.dtype))
-    if c.scale_embeddings:  # sqrt(d_model) in the model's dtype, as transformers' Gemma
+    if c.gemma is not None:  # sqrt(d_model) in the model's dtype, as transformers' Gemma
       x = rounded(x * jnp.asarray(math.sqrt(c.d_model), jnp.float32).astype(x.dtype))
     new_caches, layer_outputs = [], []
     for layer, (block, cache) in enumerate(zip(self.blocks, caches, strict=True)):
