@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import time
 from collections.abc import Callable, Iterator, Sequence
 
 import jax
@@ -30,7 +29,7 @@ from flax import struct
 
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig, DecoderOnlyNetwork
 from specsample.models.decoder_only.network import attention_mask, empty_caches
-from specsample.train.optim import make_optimizer
+from specsample.train.optim import make_optimizer, run_steps
 from specsample.train.target_responses import Response, generate_responses
 
 __all__ = [
@@ -301,25 +300,17 @@ def distill(
     updates, opt_state = optimizer.update(grads, opt_state, trainable)
     return optax.apply_updates(trainable, updates), opt_state, value
 
+  def model(trainable) -> DecoderOnly:
+    return DecoderOnly(params=merged(trainable), config=config)
+
   opt_state = optimizer.init(trainable) if opt_state is None else opt_state
-  log, window, begin = [], [], time.perf_counter()
-  for number in range(start_step + 1, settings.steps + 1):
-    batch = jax.tree_util.tree_map(jnp.asarray, next_batch())
-    trainable, opt_state, value = step(trainable, opt_state, batch)
-    window.append(value)
-    last = number == settings.steps
-    out_of_time = settings.max_seconds and time.perf_counter() - begin > settings.max_seconds
-    if number % settings.log_every == 0 or last or out_of_time:
-      mean = float(np.mean(jax.device_get(window)))
-      log.append((number, mean))
-      window = []
-      if progress:
-        progress(number, mean)
-    if checkpoint and (number % checkpoint_every == 0 or last or out_of_time):
-      checkpoint(DecoderOnly(params=merged(trainable), config=config), opt_state, number)
-    if out_of_time:
-      break
-  return DecoderOnly(params=merged(trainable), config=config), opt_state, log
+  trainable, opt_state, log = run_steps(
+    lambda trainable, opt_state, batch, number: step(trainable, opt_state, batch),
+    trainable, opt_state, next_batch, settings, start_step=start_step, progress=progress,
+    checkpoint=checkpoint and (lambda t, o, number: checkpoint(model(t), o, number)),
+    checkpoint_every=checkpoint_every,
+  )  # fmt: skip
+  return model(trainable), opt_state, log
 
 
 # ---------------------------------------------------------------- evaluation

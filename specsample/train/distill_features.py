@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import glob
 import os
-import time
 from collections.abc import Callable, Iterator, Sequence
 
 import jax
@@ -32,7 +31,7 @@ from flax import struct
 
 from specsample.models.decoder_only.network import empty_caches
 from specsample.models.feature_draft import FeatureDraft, FeatureDraftNetwork, previous_features
-from specsample.train.optim import make_optimizer
+from specsample.train.optim import make_optimizer, run_steps
 
 FROZEN = ("embed", "output_embedding", "output_ids")  # parameters training leaves alone
 
@@ -259,27 +258,21 @@ def train(
     updates, opt_state = optimizer.update(grads, opt_state, trainable)
     return optax.apply_updates(trainable, updates), opt_state, value
 
+  def model(trainable) -> FeatureDraft:
+    return FeatureDraft(params={**trainable, **frozen}, config=config)
+
+  def keyed_step(trainable, opt_state, batch, number):  # the noise's key: a function of
+    return step(trainable, opt_state, batch, jax.random.fold_in(key, number))  # the step
+
   opt_state = optimizer.init(trainable) if opt_state is None else opt_state
   key = jax.random.key(settings.seed)
-  log, window, begin = [], [], time.perf_counter()
-  for number in range(start_step + 1, settings.steps + 1):
-    step_key = jax.random.fold_in(key, number)  # a function of the step: resumes exactly
-    batch = jax.tree_util.tree_map(jnp.asarray, next_batch())
-    trainable, opt_state, value = step(trainable, opt_state, batch, step_key)
-    window.append(value)
-    last = number == settings.steps
-    out_of_time = settings.max_seconds and time.perf_counter() - begin > settings.max_seconds
-    if number % settings.log_every == 0 or last or out_of_time:
-      mean = float(np.mean(jax.device_get(window)))
-      log.append((number, mean))
-      window = []
-      if progress:
-        progress(number, mean)
-    if checkpoint and (number % checkpoint_every == 0 or last or out_of_time):
-      checkpoint(FeatureDraft(params={**trainable, **frozen}, config=config), opt_state, number)
-    if out_of_time:
-      break
-  return FeatureDraft(params={**trainable, **frozen}, config=config), opt_state, log
+  trainable, opt_state, log = run_steps(
+    keyed_step, trainable, opt_state, next_batch, settings, start_step=start_step,
+    progress=progress,
+    checkpoint=checkpoint and (lambda t, o, number: checkpoint(model(t), o, number)),
+    checkpoint_every=checkpoint_every,
+  )  # fmt: skip
+  return model(trainable), opt_state, log
 
 
 @functools.partial(jax.jit, static_argnames=("config", "steps"))
