@@ -105,7 +105,7 @@ def test_batch_points_and_best_gamma(report):
   for t in (0.0, 1.0):
     best = report.best(t)
     assert best.speedup == max(
-      p.speedup for p in report.sweep if p.temperature == t and p.rule == "token"
+      p.speedup for p in report.sweep if p.temperature == t and p.shape == "token"
     )
     assert report.model_best_gamma(t) in (1, 2, 3)
 
@@ -170,7 +170,8 @@ def test_report_files(report, tmp_path):
   [
     {"gammas": ()},
     {"gammas": (0,)},
-    {"rules": ("tokenwise",)},
+    {"shapes": ("tokenwise",)},
+    {"shapes": ()},
     {"temperatures": (-1.0,)},
     {"batch_sizes": (0,)},
     {"repeats": 0},

@@ -288,14 +288,14 @@ def test_bench_with_a_decoder_only_target_and_the_ngram_draft(tmp_path, capsys):
   out = tmp_path / "report"
   argv = [
     "bench", "--target", str(tmp_path / "target"), "--draft", "ngram:2", "--tokenizer", GGUF,
-    "--input-file", str(prompts), "--gammas", "1,2", "--rules", "token", "--temperatures", "0",
+    "--input-file", str(prompts), "--gammas", "1,2", "--shapes", "token", "--temperatures", "0",
     "--batch-sizes", "1", "--max-new-tokens", "4", "--repeats", "1", "--out", str(out),
   ]  # fmt: skip
   code, err, printed = run(argv, capsys)
   assert code == 0, err
   report = json.loads((out / "report.json").read_text())
   assert report["num_prompts"] == 2 and len(report["sweep"]) == 2
-  assert "| T | rule | gamma |" in printed
+  assert "| T | shape | gamma |" in printed
   code, err, _ = run(argv, capsys)  # the same --out again: refused, the report is kept
   assert code == 2 and "pass --overwrite" in err[0]
   code, err, _ = run(["bench", "--pair", "ende", "--draft", "ngram"], capsys)

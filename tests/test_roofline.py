@@ -113,7 +113,7 @@ def test_bench_reports_rooflines_for_models_that_count_their_weights(tmp_path):
   target = DecoderOnly.init_random(TINY, seed=0)
   draft = DecoderOnly.init_random(dataclasses.replace(TINY, num_layers=1), seed=1)
   settings = BenchSettings(
-    gammas=(1, 2), rules=("token",), temperatures=(0.0,), batch_sizes=(1,), max_new_tokens=6,
+    gammas=(1, 2), shapes=("token",), temperatures=(0.0,), batch_sizes=(1,), max_new_tokens=6,
     repeats=1, cost_repeats=2, phase_prompts=1,
   )  # fmt: skip
   report = bench_pair(target, draft, [[3, 4, 5], [6, 7]], settings)

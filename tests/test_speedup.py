@@ -145,7 +145,7 @@ def test_bench_and_eval_speedups_are_per_token():
 
   nan = float("nan")
   sweep = SweepPoint(
-    gamma=2, rule="token", temperature=1.0, alpha=0.5, tokens_per_target_call=2.0,
+    gamma=2, shape="token", temperature=1.0, alpha=0.5, tokens_per_target_call=2.0,
     accepted_histogram=[1, 1, 1], speculative_seconds=1.314, autoregressive_seconds=0.264,
     target_calls=3, new_tokens=90, autoregressive_tokens=20, predicted_paper=nan,
     predicted_with_r=nan, model_seconds_per_iteration=nan,

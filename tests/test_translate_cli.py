@@ -126,13 +126,13 @@ def test_bench_sweeps_adaptive_drafts_and_trees(bundle, capsys, tmp_path):
   out = tmp_path / "bench"
   argv = [
     "bench", "--input-file", str(SAMPLE), "--num-prompts", "2", "--gammas", "2",
-    "--rules", "token", "adaptive", "tree2", "--temperatures", "1", "--batch-sizes", "1",
+    "--shapes", "token", "adaptive", "tree2", "--temperatures", "1", "--batch-sizes", "1",
     "--max-new-tokens", "6", "--repeats", "1", "--out", str(out),
   ]  # fmt: skip
   assert main(argv) == 0
   assert "| 1 | tree2 | 2 |" in capsys.readouterr().out
   sweep = json.loads((out / "report.json").read_text())["sweep"]
-  assert [p["rule"] for p in sweep] == ["token", "adaptive", "tree2"]
+  assert [p["shape"] for p in sweep] == ["token", "adaptive", "tree2"]
   assert all(p["tokens_per_target_call"] >= 1 and p["speculative_seconds"] > 0 for p in sweep)
 
 
@@ -179,10 +179,10 @@ def test_bench_command_writes_json_markdown_and_plots(bundle, capsys, tmp_path):
   ]  # fmt: skip
   assert main(argv) == 0
   captured = capsys.readouterr()
-  assert "| T | rule | gamma |" in captured.out and "c = " in captured.out
+  assert "| T | shape | gamma |" in captured.out and "c = " in captured.out
   report = json.loads((out / "report.json").read_text())
   assert report["num_prompts"] == 2 and report["title"] == "bundled EN->DE pair"
-  assert len(report["sweep"]) == 2 * 2 and len(report["batch"]) == 2  # gammas x rules, batches
+  assert len(report["sweep"]) == 2 * 2 and len(report["batch"]) == 2  # gammas x shapes, batches
   assert report["machine"]["platform"] == "cpu"
   for name in ("report.md", "speedup_vs_gamma.png", "acceptance_histogram.png"):
     assert (out / name).exists()

@@ -110,13 +110,13 @@ def markdown(report: PairReport, *, title: str = "Benchmark") -> str:
     lines.append(f"| {t:g} | {best.gamma} | {best.speedup:.2f}x | {report.model_best_gamma(t)} |")
   lines += [
     "",
-    "| T | rule | gamma | alpha | tokens/call | S measured | S paper (r=1) | S with r "
+    "| T | shape | gamma | alpha | tokens/call | S measured | S paper (r=1) | S with r "
     "| efficiency | ms/iteration | overhead |",
     "|---|---|---|---|---|---|---|---|---|---|---|",
   ]
   for p in report.sweep:
     lines.append(
-      f"| {p.temperature:g} | {p.rule} | {p.gamma} | {p.alpha:.3f} | "
+      f"| {p.temperature:g} | {p.shape} | {p.gamma} | {p.alpha:.3f} | "
       f"{p.tokens_per_target_call:.2f} | {p.speedup:.2f}x | {p.predicted_paper:.2f}x | "
       f"{p.predicted_with_r:.2f}x | {p.efficiency:.2f} | {1e3 * p.seconds_per_iteration:.2f} | "
       f"{100 * p.overhead_fraction:.0f}% |"
@@ -241,8 +241,9 @@ def plot(
 
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for i, t in enumerate(settings.temperatures):
-    for rule, marker, linestyle in RULE_STYLES:
-      points = [p for p in report.sweep if p.temperature == t and p.rule == rule]
+    for shape in settings.shapes:
+      marker, linestyle = shape_style(shape)
+      points = [p for p in report.sweep if p.temperature == t and p.shape == shape]
       if not points:
         continue
       color = f"C{i}"
@@ -252,9 +253,9 @@ def plot(
         marker=marker,
         color=color,
         linestyle=linestyle,
-        label=f"measured, T={t:g}, {rule}",
+        label=f"measured, T={t:g}, {shape}",
       )
-      if rule == "token":
+      if shape == "token":
         alpha = sum(p.alpha for p in points) / len(points)
         gammas = list(settings.gammas)
         ax.plot(
@@ -305,16 +306,18 @@ def plot(
   return written
 
 
-# Sweep rules in the speedup plot: (rule, marker, line style).
-RULE_STYLES = (
-  ("token", "o", "-"),
-  ("block", "s", ":"),
-  ("adaptive", "^", "-."),
-  ("tree2", "D", "--"),
-  ("tree3", "v", "--"),
-  ("tree4", "P", "--"),
-  ("dynamic", "*", "--"),
-)
+# Draft shapes in the speedup plot: (marker, line style); trees of other sizes share theirs.
+SHAPE_STYLES = {
+  "token": ("o", "-"), "block": ("s", ":"), "adaptive": ("^", "-."),
+  "tree2": ("D", "--"), "tree3": ("v", "--"), "tree4": ("P", "--"), "dynamic": ("*", "--"),
+}  # fmt: skip
+
+
+def shape_style(shape: str) -> tuple[str, str]:
+  """A sweep shape's (marker, line style) in the speedup plot."""
+  if shape in SHAPE_STYLES:
+    return SHAPE_STYLES[shape]
+  return ("*", "--") if shape.startswith("dynamic") else ("x", "--")
 
 
 def _save(fig, fileset: files.FileSet, name: str) -> str:

@@ -35,43 +35,19 @@ from specsample.core.contract import uses_target_features
 from specsample.core.sampling import logits_to_probs
 from specsample.core.speedup import expected_tokens_per_iteration
 from specsample.decoding import (
-  AdaptiveDraft,
-  DynamicTree,
   SpeculativeSettings,
   clear_compiled_programs,
   generate,
   speculative_decode,
 )
+from specsample.decoding.shapes import CHAIN_SHAPES, DraftShape
 from specsample.models.weights import activations
-
-# Sweep rules: the paper's chain with either verification, and the draft shapes beyond it
-# (token-wise verification of an adaptive-length chain; K-chain trees, "tree2".."tree4";
-# "dynamic", a dynamic tree of DynamicTree's default size, gamma deep).
-CHAIN_RULES = ("token", "block")
-SHAPE_RULES = ("adaptive", "tree2", "tree3", "tree4", "dynamic")
-BENCH_RULES = CHAIN_RULES + SHAPE_RULES
-
-
-def rule_options(rule: str, gamma: int) -> dict:
-  """`SpeculativeSettings.of` keywords of a sweep rule at this gamma (a dynamic tree
-  gamma deep keeps at most the nodes its depth offers)."""
-  if rule in CHAIN_RULES:
-    return {"verification": rule}
-  if rule == "adaptive":
-    return {"verification": "token", "adaptive": AdaptiveDraft()}
-  if rule.startswith("tree") and rule in SHAPE_RULES:
-    return {"verification": "token", "tree": int(rule[4:])}
-  if rule == "dynamic":
-    default = DynamicTree()
-    nodes = min(default.nodes, default.offered(gamma))
-    return {"verification": "token", "tree": DynamicTree(nodes=nodes)}
-  raise ValueError(f"unknown bench rule {rule!r}; expected one of {BENCH_RULES}")
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchSettings:
   gammas: tuple[int, ...] = tuple(range(1, 11))
-  rules: tuple[str, ...] = ("token", "block")
+  shapes: tuple[str, ...] = ("token", "block")  # draft shapes by name (decoding.shapes)
   temperatures: tuple[float, ...] = (0.0, 1.0)
   batch_sizes: tuple[int, ...] = (1, 4, 8, 16)
   max_new_tokens: int = 48
@@ -85,8 +61,9 @@ class BenchSettings:
       values = getattr(self, name)
       if not values or any(int(v) != v or v < 1 for v in values):
         raise ValueError(f"{name} must be positive integers, got {values}")
-    if any(rule not in BENCH_RULES for rule in self.rules) or not self.rules:
-      raise ValueError(f"rules must be among {BENCH_RULES}, got {self.rules}")
+    if not self.shapes:
+      raise ValueError("give at least one draft shape, e.g. ('token',)")
+    object.__setattr__(self, "shapes", tuple(DraftShape.parse(s).name for s in self.shapes))
     if not self.temperatures or any(t < 0 for t in self.temperatures):
       raise ValueError(f"temperatures must be >= 0, got {self.temperatures}")
     if min(self.max_new_tokens, self.repeats, self.cost_repeats, self.phase_prompts) < 1:
@@ -124,10 +101,10 @@ class TimedRuns:
 
 @dataclasses.dataclass(frozen=True)
 class SweepPoint(TimedRuns):
-  """One (gamma, rule, temperature) setting at batch 1."""
+  """One (gamma, draft shape, temperature) setting at batch 1."""
 
   gamma: int
-  rule: str
+  shape: str  # decoding.shapes: "token", "block", "adaptive", "tree3", "dynamic:8", ...
   temperature: float
   alpha: float  # accepted / verified draft tokens
   tokens_per_target_call: float
@@ -187,14 +164,14 @@ class PairReport:
   call_floors: dict[int, float] = dataclasses.field(default_factory=dict)  # k -> target s
   rooflines: list[DecoderRoofline] = dataclasses.field(default_factory=list)
 
-  def best(self, temperature: float, rule: str = "token") -> SweepPoint:
-    """The measured fastest sweep point for a temperature and rule."""
-    points = [p for p in self.sweep if p.temperature == temperature and p.rule == rule]
+  def best(self, temperature: float, shape: str = "token") -> SweepPoint:
+    """The measured fastest sweep point for a temperature and draft shape."""
+    points = [p for p in self.sweep if p.temperature == temperature and p.shape == shape]
     return max(points, key=lambda p: p.speedup)
 
   def model_best_gamma(self, temperature: float) -> int:
-    """The gamma the speedup model picks from measured alpha (token rule), c and r."""
-    point = next(p for p in self.sweep if p.temperature == temperature and p.rule == "token")
+    """The gamma the speedup model picks from measured alpha (token-wise chain), c and r."""
+    point = next(p for p in self.sweep if p.temperature == temperature and p.shape == "token")
     ratios = {g: self.costs.r(g) for g in self.settings.gammas}
     return best_gamma(point.alpha, self.costs.c, ratios, max_gamma=max(ratios))
 
@@ -348,12 +325,12 @@ def bench_pair(
     alphas[temperature] = alpha_along_target_outputs(
       target, draft, prompts, sequences, out_lengths, sampling
     )
-    for rule in settings.rules:
+    for shape in settings.shapes:
       for gamma in settings.gammas:
-        tick(f"gamma {gamma}, {rule}, temperature {temperature:g}")
+        tick(f"gamma {gamma}, {shape}, temperature {temperature:g}")
         sweep.append(
           _sweep_point(
-            target, draft, gamma, rule, sampling, settings, costs, plain, timed_total,
+            target, draft, gamma, shape, sampling, settings, costs, plain, timed_total,
           )
         )  # fmt: skip
         # One program per setting, never run again: release its memory mappings (a long
@@ -402,18 +379,18 @@ def bench_pair(
 def bench_steps(settings: BenchSettings) -> int:
   """How many times bench_pair calls `progress` (the length of a progress bar)."""
   temperatures = len(settings.temperatures)
-  sweep = len(settings.rules) * len(settings.gammas)
+  sweep = len(settings.shapes) * len(settings.gammas)
   return 1 + temperatures * (1 + sweep) + temperatures * (1 + len(settings.batch_sizes))
 
 
 def _sweep_point(
-  target, draft, gamma, rule, sampling, settings, costs, plain, timed_total
+  target, draft, gamma, shape, sampling, settings, costs, plain, timed_total
 ) -> SweepPoint:
   spec_settings = SpeculativeSettings.of(
     gamma=gamma,
     max_new_tokens=settings.max_new_tokens,
     sampling=sampling,
-    **rule_options(rule, gamma),
+    **DraftShape.parse(shape).options(gamma),
   )
 
   def speculative(array, length):
@@ -429,7 +406,7 @@ def _sweep_point(
   alpha = accepted / (accepted + rejected) if accepted + rejected else 1.0
   return SweepPoint(
     gamma=gamma,
-    rule=rule,
+    shape=shape,
     temperature=sampling.temperature,
     alpha=alpha,
     tokens_per_target_call=new_tokens / max(1, iterations),
@@ -441,7 +418,7 @@ def _sweep_point(
     target_calls=sum(int(o.stats.target_calls) for o in outputs),
     new_tokens=new_tokens,
     autoregressive_tokens=ar_tokens,
-    **(_chain_predictions(alpha, gamma, costs) if rule in CHAIN_RULES else _no_predictions()),
+    **(_chain_predictions(alpha, gamma, costs) if shape in CHAIN_SHAPES else _no_predictions()),
   )
 
 
@@ -458,12 +435,12 @@ def _with_rooflines(report: PairReport, target, draft) -> PairReport:
         "autoregressive", t, report.autoregressive_seconds[t] / tokens, target, roofs=roofs
       )
     )
-    points = [p for p in report.sweep if p.temperature == t and p.rule in CHAIN_RULES]
+    points = [p for p in report.sweep if p.temperature == t and p.shape in CHAIN_SHAPES]
     if points:
       best = max(points, key=lambda p: p.speedup)
       rows.append(
         decoder_roofline(
-          f"speculative (gamma {best.gamma}, {best.rule})",
+          f"speculative (gamma {best.gamma}, {best.shape})",
           t,
           best.speculative_seconds / max(1, best.new_tokens),
           target,

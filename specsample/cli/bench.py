@@ -87,15 +87,16 @@ def pair_name(args) -> str:
 
 
 def bench_settings(args):
-  """The sweep's settings, each (gamma, rule, temperature) checked as the decoder will
-  take it: every bad value is refused before anything loads."""
-  from specsample.bench.pair import BenchSettings, rule_options
+  """The sweep's settings, each (gamma, draft shape, temperature) checked as the decoder
+  will take it: every bad value is refused before anything loads."""
+  from specsample.bench.pair import BenchSettings
   from specsample.core import SamplingConfig
   from specsample.decoding import SpeculativeSettings
+  from specsample.decoding.shapes import DraftShape
 
   settings = BenchSettings(
     gammas=args.gammas,
-    rules=tuple(args.rules),
+    shapes=tuple(args.shapes),
     temperatures=tuple(args.temperatures),
     batch_sizes=args.batch_sizes,
     max_new_tokens=args.max_new_tokens,
@@ -105,11 +106,11 @@ def bench_settings(args):
   )
   for temperature in settings.temperatures:
     sampling = SamplingConfig(temperature=temperature)
-    for rule in settings.rules:
+    for shape in map(DraftShape.parse, settings.shapes):
       for gamma in settings.gammas:
         SpeculativeSettings.of(
           gamma=gamma, max_new_tokens=settings.max_new_tokens, sampling=sampling,
-          **rule_options(rule, gamma),
+          **shape.options(gamma),
         )  # fmt: skip
   return settings
 
@@ -127,8 +128,11 @@ def run_bench(args) -> int:
   name = pair_name(args)
   settings = bench_settings(args)
   form = prompt_format(args)
-  chains = any(rule.startswith("tree") for rule in settings.rules)  # no lookup in front
-  dynamic = "dynamic" in settings.rules  # lookup, if any, joins the tree as a branch
+  from specsample.decoding.shapes import DraftShape
+
+  shapes = [DraftShape.parse(shape) for shape in settings.shapes]
+  chains = any(shape.chains for shape in shapes)  # no lookup in front
+  dynamic = any(shape.dynamic for shape in shapes)  # lookup, if any, joins the tree as a branch
   trees = chains or dynamic
   if name == "ende":
     from specsample.bundled import pair_dir
@@ -162,7 +166,7 @@ def run_bench(args) -> int:
   check_prompt_lengths(prompts, settings.max_new_tokens, context)
   for note in notes:
     print(note, file=sys.stderr)
-  if trees:  # before the work: tree rules need tree calls of both models
+  if trees:  # before the work: tree shapes need tree calls of both models
     from specsample.decoding import DynamicTree, SpeculativeSettings
 
     for tree in [2] * chains + [DynamicTree(nodes=2, branching=2)] * dynamic:

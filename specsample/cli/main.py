@@ -22,13 +22,13 @@ import argparse
 import dataclasses
 import sys
 
-from specsample.bench.pair import BENCH_RULES
 from specsample.cli.interrupt import INTERRUPTED_EXIT, exit_on_interrupt
 from specsample.cli.options import (
   UsageError,
   add_decoding_options,
   add_special_option,
   check_weights_option,
+  draft_shape_name,
   gamma_list,
   int_list,
   positive_int,
@@ -36,6 +36,7 @@ from specsample.cli.options import (
   temperature_value,
 )
 from specsample.cli.outputs import Outputs
+from specsample.decoding.shapes import SHAPE_HELP
 
 
 def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -158,14 +159,10 @@ def _parser() -> argparse.ArgumentParser:
   )  # fmt: skip
   bench.add_argument("--gammas", type=gamma_list, default="1-10", help='e.g. "1-10" or "2,4,8"')
   bench.add_argument(
-    "--rules",
-    nargs="+",
-    choices=list(BENCH_RULES),
-    default=["token", "block"],
-    help="chain verification rules, and draft shapes beyond the chain: 'adaptive' "
-    "(token-wise, per-row draft length up to gamma), 'tree2'..'tree4' (K chains of gamma), "
-    "'dynamic' (a dynamic tree of 16 nodes, gamma deep)",
-  )
+    "--shapes", "--rules", dest="shapes", nargs="+", type=draft_shape_name,
+    default=["token", "block"], metavar="SHAPE",
+    help=f"draft shapes to sweep (--rules is the old name): {SHAPE_HELP}",
+  )  # fmt: skip
   bench.add_argument("--temperatures", type=temperature_value, nargs="+", default=[0.0, 1.0])
   bench.add_argument("--batch-sizes", type=int_list, default="1,4,8,16")
   bench.add_argument("--max-new-tokens", type=positive_int, default=48)

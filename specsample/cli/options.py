@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from specsample.core import SamplingConfig
 from specsample.decoding.adaptive import AdaptiveDraft
-from specsample.decoding.drafters.dynamic_tree import MAX_NODES, DynamicTree
+from specsample.decoding.drafters.dynamic_tree import DynamicTree
 from specsample.decoding.drafters.tree import MAX_CHAINS
 from specsample.decoding.inputs import SEED_RANGE
 from specsample.decoding.settings import MAX_GAMMA
+from specsample.decoding.shapes import DraftShape
 
 if TYPE_CHECKING:
   from specsample.pairs import PairSpec
@@ -48,20 +49,27 @@ def unit_interval(text: str) -> float:
 
 
 def tree_shape(text: str) -> int | DynamicTree:
-  """--tree K (K chains), "dynamic" or "dynamic:N" (a dynamic tree of N nodes)."""
-  kind, _, nodes = text.partition(":")
-  if kind == "dynamic":
-    if not nodes:
-      return DynamicTree()
-    value = positive_int(nodes)
-    if value > MAX_NODES:
-      raise argparse.ArgumentTypeError(f"--tree dynamic:N takes 1..{MAX_NODES} nodes, got {value}")
-    return DynamicTree(nodes=value)
-  return bounded_number(
-    text, int, 2, MAX_CHAINS,
-    expected=f"--tree takes a number of chains (2..{MAX_CHAINS}), 'dynamic' or 'dynamic:N'",
-    out_of_range=f"--tree takes 2..{MAX_CHAINS} chains",
-  )  # fmt: skip
+  """--tree K (K chains), "dynamic" or "dynamic:N" (a dynamic tree of N nodes): the tree
+  shapes of `DraftShape.parse`, K spelled alone."""
+  name = f"tree{text}" if text.strip().isdigit() else text
+  expected = f"--tree takes a number of chains (2..{MAX_CHAINS}), 'dynamic' or 'dynamic:N'"
+  try:
+    shape = DraftShape.parse(name)
+  except ValueError as error:
+    if name == text and not text.startswith("dynamic"):  # neither a count nor a dynamic tree
+      raise argparse.ArgumentTypeError(f"{expected}, got {text!r}") from None
+    raise argparse.ArgumentTypeError(f"--tree: {error}") from None
+  if not shape.is_tree:
+    raise argparse.ArgumentTypeError(f"{expected}, got {text!r}")
+  return shape.tree
+
+
+def draft_shape_name(text: str) -> str:
+  """A bench sweep's draft shape (decoding.shapes), by its canonical name."""
+  try:
+    return DraftShape.parse(text).name
+  except ValueError as error:
+    raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def seed_value(text: str) -> int:

@@ -276,8 +276,12 @@ def write_validation(
 
 
 def best_point(report: dict, temperature: float) -> dict:
-  """The measured fastest sweep point of a bench report (token rule) at a temperature."""
-  points = [p for p in report["sweep"] if p["temperature"] == temperature and p["rule"] == "token"]
+  """The measured fastest sweep point of a bench report (the token-wise chain) at a
+  temperature. Reports written before the sweep named shapes call the field "rule"."""
+  points = [
+    p for p in report["sweep"]
+    if p["temperature"] == temperature and p.get("shape", p.get("rule")) == "token"
+  ]  # fmt: skip
   return max(points, key=lambda p: p["speedup"])
 
 
