@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from tiny_models import greedy_case
-from toy_pairs import (
+from toy_pairs import (  # names test_tree.py imports too (no logic)
   assert_every_prompt_fits,
   assert_no_prompt_fits,
   batched_prompts,
@@ -43,6 +43,7 @@ def _run(rule, temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id, 
   )  # fmt: skip
 
 
+# Alike in shape to test_dynamic_tree.py's lossless test on purpose: each names its own case fields.
 @pytest.mark.slow
 @pytest.mark.parametrize(
   "rule,temperature,top_k,top_p,gamma,max_new_tokens,order,eos_id,adaptive", CASES

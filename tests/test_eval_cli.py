@@ -61,7 +61,7 @@ def one_line(capsys) -> str:
 
 @pytest.mark.parametrize(
   ("args", "message"),
-  [
+  [  # one refused command line a row, alike in shape: each flag has its own message
     ([], "eval.py: flag --config=None: Flag --config must have a value other than None."),
     (["--config=configs/nope.py"], "No such file or directory: 'configs/nope.py'"),
     ([f"--config={MINIATURE}", "--bogus"], "eval.py: Unknown command line flag 'bogus'"),

@@ -28,6 +28,9 @@ def inverse_by_index(stored: np.ndarray, heads: int) -> np.ndarray:
   return source
 
 
+# llama.cpp's tensor names -> transformers', spelled out again here (not imported from
+# architectures/llama.py): the test writes files by this table, so a wrong entry there
+# fails here instead of agreeing with itself.
 HF_NAMES = {
   "token_embd.weight": "model.embed_tokens.weight",
   "output_norm.weight": "model.norm.weight",

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
-from tiny_gguf import (
+from tiny_gguf import (  # names test_block_weights.py imports too (no logic)
   FORMATS,
   K_QUANT_SCALES,
   LARGE,

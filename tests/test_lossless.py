@@ -30,6 +30,7 @@ ROWS_PER_PROMPT = 6000
 
 CASES = [
   # rule, temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id
+  # (each rule's rows spelled out: the rules are tested on settings of their own)
   ("token", 1.0, 0, 1.0, 1, 3, 1, None),
   ("token", 0.5, 0, 1.0, 3, 3, 1, None),
   ("token", 1.5, 0, 1.0, 5, 3, 1, None),

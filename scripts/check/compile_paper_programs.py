@@ -32,6 +32,7 @@ def rows(batches, max_new_tokens: int):
 
 
 def main(argv=None) -> int:
+  # --out and Ctrl-C as in measure_greedy_exactness.py, compare_draft_shapes.py: each runs alone.
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
   parser.add_argument("--max-new-tokens", type=int, default=128)

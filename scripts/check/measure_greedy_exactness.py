@@ -108,6 +108,7 @@ def measure(pair: str, dtype: str, args) -> dict:
 
 
 def main(argv=None) -> int:
+  # Flags alike in shape to measure_weight_formats.py's: each script reads its own.
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--pairs", nargs="+", default=["ende", "docstrings", "smollm2"])
   parser.add_argument(

@@ -35,6 +35,7 @@ def load_module(path: str):
 
 
 def main() -> None:
+  # Flags alike in shape to measure_loop_overhead.py's: each script reads its own.
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("before", help="path of the other speculative.py")
   parser.add_argument("--gamma", type=int, nargs="+", default=[1, 3, 6])

@@ -60,6 +60,7 @@ def main() -> int:
     attention_program(k, args.context, keys.astype(cache), values.astype(cache), rng)
     for cache, k in runs
   ]
+  # Timing and table alike in shape to measure_step_parts.py's: each script prints its own columns.
   timings, _ = time_calls(calls, repeats=args.repeats)
   ms = {run: 1e3 * t.median / STEPS for run, t in zip(runs, timings, strict=True)}
   print(

@@ -39,6 +39,7 @@ def random_blocks(rng, n: int, d: int, format: str) -> blocks.BlockMatrix:
   return blocks.from_numpy(raw.reshape(n, -1), format)
 
 
+# The same as measure_small_k_kernel.py's _chain: each scripts/dev file runs alone (no shared code).
 def _chain(product):
   """A program applying `product` with every matrix in turn (chained through a scalar)."""
 

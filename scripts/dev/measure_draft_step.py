@@ -51,6 +51,7 @@ def loop_program(step, state, token):
 
 
 def main() -> int:
+  # Flags and target loading like measure_gemma_draft_cost.py's: each script runs alone.
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--formats", nargs="+", choices=DRAFT_BLOCK_FORMATS, default=["q8_0", "q4_0"])
   parser.add_argument("--context", type=int, default=300)

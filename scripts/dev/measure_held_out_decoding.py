@@ -34,6 +34,7 @@ from specsample.pairs import load_pair
 
 
 def main() -> int:
+  # Flags alike in shape to measure_gemma_draft_cost.py's: each script reads its own.
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--num-prompts", type=int, default=10)
   parser.add_argument("--phase-prompts", type=int, default=4)

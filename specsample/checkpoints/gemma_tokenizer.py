@@ -116,17 +116,4 @@ def from_gguf(path: str | os.PathLike, metadata: dict | None = None) -> Tokenize
     backend = gemma_backend(tokens, types)
   except Exception as error:  # noqa: BLE001 - the Rust side raises its own exception type
     raise CheckpointError(f"{path}: inconsistent Gemma vocabulary ({error})") from error
-  special = {}
-  for name, key in _SPECIAL_KEYS.items():
-    index = meta.get(f"tokenizer.ggml.{key}_token_id")
-    if index is not None and not 0 <= index < len(tokens):
-      raise CheckpointError(f"{path}: {key} token id {index} is outside the vocabulary")
-    special[name] = None if index is None else tokens[index]
-  return Tokenizer(
-    backend,
-    special_tokens=special,
-    add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", True)),
-    add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
-    chat_template=meta.get("tokenizer.chat_template"),
-    source=path,
-  )
+  return Tokenizer.over_gguf_backend(backend, meta, tokens, _SPECIAL_KEYS, path, add_bos=True)

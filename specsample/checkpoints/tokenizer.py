@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from specsample.checkpoints import chat_template
 from specsample.checkpoints.errors import CheckpointError
@@ -326,8 +327,19 @@ class Tokenizer:
         if token_type == _USER_DEFINED and token in vocab
       ]
     )
+    keys = dict(zip(_SPECIAL_NAMES, ("bos", "eos", "unknown", "padding"), strict=True))
+    return cls.over_gguf_backend(backend, meta, tokens, keys, path, add_bos=llama3)
+
+  @classmethod
+  def over_gguf_backend(
+    cls, backend, meta: Mapping[str, Any], tokens: Sequence[str], keys: Mapping[str, str],
+    path, *, add_bos: bool,
+  ) -> Tokenizer:  # fmt: skip
+    """A tokenizer over `backend` with a GGUF file's settings: its special tokens (name ->
+    the stem of the `tokenizer.ggml.<stem>_token_id` key, e.g. "bos_token" -> "bos"), its
+    bos/eos switches (`add_bos` where the file says nothing) and its chat template."""
     special = {}
-    for name, key in zip(_SPECIAL_NAMES, ("bos", "eos", "unknown", "padding"), strict=True):
+    for name, key in keys.items():
       index = meta.get(f"tokenizer.ggml.{key}_token_id")
       if index is not None and not 0 <= index < len(tokens):
         raise CheckpointError(f"{path}: {key} token id {index} is outside the vocabulary")
@@ -335,7 +347,7 @@ class Tokenizer:
     return cls(
       backend,
       special_tokens=special,
-      add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", llama3)),
+      add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", add_bos)),
       add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
       chat_template=meta.get("tokenizer.chat_template"),
       source=path,

@@ -107,16 +107,18 @@ class T5:
     self, state: T5State, tokens: jax.Array, num_valid: jax.Array
   ) -> tuple[jax.Array, T5State]:
     positions = state.end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
+    logits, state = self._decode(state, tokens, positions, state.end_index)
+    return logits, state.advance(num_valid)
+
+  def _decode(self, state: T5State, tokens, positions, write_index, *tree_masks):
+    """The decoder over tokens int32[batch, k] at positions [batch, k], written from
+    write_index [batch] (tree_masks: key_positions and allowed of a tree call) -> (logits
+    [batch, k, vocab], the state with the caches written; its end index unmoved)."""
     logits, caches = self._apply(
-      tokens,
-      positions,
-      state.cross,
-      state.encoder_valid,
-      state.caches,
-      state.end_index,
-      method=T5Network.decode,
-    )
-    return logits, state.replace(caches=self._constrain_caches(caches)).advance(num_valid)
+      tokens, positions, state.cross, state.encoder_valid, state.caches, write_index,
+      *tree_masks, method=T5Network.decode,
+    )  # fmt: skip
+    return logits, state.replace(caches=self._constrain_caches(caches))
 
   def weights_per_call(self) -> tuple[int, int]:
     """(count, bytes) of the weights a decoder `extend` call reads: the decoder's, less the
@@ -144,18 +146,7 @@ class T5:
     positions, key_positions, allowed = tree_mask(
       layout, start, tokens.shape[1], state.end_index, state.capacity
     )
-    logits, caches = self._apply(
-      tokens,
-      positions,
-      state.cross,
-      state.encoder_valid,
-      state.caches,
-      state.end_index + start,
-      key_positions,
-      allowed,
-      method=T5Network.decode,
-    )
-    return logits, state.replace(caches=self._constrain_caches(caches))
+    return self._decode(state, tokens, positions, state.end_index + start, key_positions, allowed)
 
   def keep_path(self, state: T5State, slots: jax.Array, num_kept: jax.Array) -> T5State:
     """Moves tree slots int32[batch, L] to end_index + 0..L-1 and commits the first
