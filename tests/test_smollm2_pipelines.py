@@ -332,6 +332,14 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   with np.load(os.path.join(work, "checkpoint.npz")) as saved:
     rounded = saved["bfloat16_leaves"].tolist()
     assert rounded and all(saved[f"arr_{i}"].dtype == np.uint16 for i in rounded)
+  # export alone: the cut training's draft (step 1 of 3), as the checkpoint holds it
+  cut = dataclasses.replace(options, stages="export", bundle=str(tmp_path / "cut"))
+  run_pipeline(fd.FeatureDraftRecipe(cut))
+  exported = load_feature_draft(os.path.join(cut.bundle, "feature_draft"), target)
+  saved_draft, step = fd.checkpoint_draft(options, lambda: target, "export")
+  assert step == 1
+  fuse = exported.params["fuse"]["kernel"], saved_draft.params["fuse"]["kernel"]
+  np.testing.assert_allclose(*fuse, rtol=1e-3, atol=1e-4)  # exported in float16
   run_pipeline(
     fd.FeatureDraftRecipe(dataclasses.replace(options, stages="train", train_minutes=10))
   )
@@ -374,7 +382,11 @@ def test_the_pipeline_refuses_unknown_stages_and_an_export_without_training(tmp_
     with pytest.raises(sd.StageError, match="the token draft has the stages prompts,generate"):
       chosen_stages(token)
   run = PipelineRun(target=None, tokenizer=None, activations="float32")
+  token = td.TokenDraftRecipe(td.TokenDraftOptions(work=str(tmp_path)))
   with pytest.raises(sd.StageError, match="export stage takes the draft of the train stage"):
+    token.run_stage("export", run)
+  # the feature draft exports its checkpoint's draft when no training ran: none here
+  with pytest.raises(sd.StageError, match="export: .*checkpoint.npz does not exist"):
     recipe.run_stage("export", run)
 
 

@@ -39,7 +39,8 @@ import glob
 import json
 import os
 import time
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -57,7 +58,7 @@ from specsample.train.feature_draft_options import (
   shard_directory,
 )
 from specsample.train.optim import make_optimizer
-from specsample.train.pipeline import PipelineRun, trained
+from specsample.train.pipeline import PipelineRun
 from specsample.train.pipeline_data import (
   StageError,
   agreement_by_task,
@@ -301,16 +302,28 @@ def stage_train(
   return draft
 
 
+def checkpoint_draft(
+  options: FeatureDraftOptions, float32_target: Callable[[], Any], stage: str
+) -> tuple[FeatureDraft, int]:
+  """(the draft in work/checkpoint.npz, finished or cut, the step it reached); the target
+  (float32: its output rows and embedding) is loaded only once the checkpoint is found."""
+  path = os.path.join(options.work, "checkpoint.npz")
+  if not os.path.exists(path):
+    raise StageError(f"{stage}: {path} does not exist (the train stage makes it)")
+  template = starting_draft(options, float32_target())
+  draft, _, step = load_checkpoint(path, template, train_settings(options))
+  if step < options.train_steps:
+    log(f"{stage}: the draft of a cut training (step {step} of {options.train_steps})")
+  return draft, step
+
+
 def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_target) -> dict:
   """The held-out agreement by drafting step of the draft in work/checkpoint.npz (a
   finished or a cut training) beside the draft it is measured against (--init-from's,
   else the bundle's feature draft), on the same sequences scored against the target's
   greedy tokens: work/validation.json (as the train stage writes it) and
   work/validation_baseline.json. -> {"draft": scores, "baseline": scores}."""
-  path = os.path.join(options.work, "checkpoint.npz")
-  if not os.path.exists(path):
-    raise StageError(f"validate: {path} does not exist (the train stage makes it)")
-  draft, _, step = load_checkpoint(path, starting_draft(options, target), train_settings(options))
+  draft, step = checkpoint_draft(options, lambda: target, "validate")
   baseline_path = options.init_from or os.path.join(options.bundle, "feature_draft")
   baseline = fused_draft(baseline_path, target, feature_layers(options), "validate")
   _, validation = load_sequences(options, tokenizer)
@@ -370,8 +383,11 @@ class FeatureDraftRecipe:
     elif stage == "validate":
       features = run.target.with_feature_layers(layers)
       stage_validate(options, run.float32_target(), run.tokenizer, features)
-    elif stage == "export":
-      stage_export(options, trained(run, self.name))
+    elif stage == "export":  # this run's training, else the committed checkpoint's draft
+      draft = run.draft
+      if draft is None:
+        draft, _ = checkpoint_draft(options, run.float32_target, stage)
+      stage_export(options, draft)
     elif stage == "card":
       from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
       from specsample.train import feature_draft_card as card
