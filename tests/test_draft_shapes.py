@@ -70,6 +70,10 @@ def test_the_bench_sweeps_canonical_names_and_refuses_unknown_ones():
     BenchSettings(shapes=("token", "fan"))
   with pytest.raises(ValueError, match="at least one draft shape"):
     BenchSettings(shapes=())
+  # the phases and batch scaling run at the token-wise chain's best gamma: refused before
+  # the sweep rather than failing after it
+  with pytest.raises(ValueError, match="need 'token' among them"):
+    BenchSettings(shapes=("tree2", "dynamic"))
 
 
 def test_the_old_rules_flag_still_names_the_shapes():

@@ -64,6 +64,11 @@ class BenchSettings:
     if not self.shapes:
       raise ValueError("give at least one draft shape, e.g. ('token',)")
     object.__setattr__(self, "shapes", tuple(DraftShape.parse(s).name for s in self.shapes))
+    if "token" not in self.shapes:  # said before the sweep, not after it
+      raise ValueError(
+        f"the shapes {self.shapes} need 'token' among them: the phase breakdown, the batch "
+        "scaling and the model's best gamma are measured at the token-wise chain's best gamma"
+      )
     if not self.temperatures or any(t < 0 for t in self.temperatures):
       raise ValueError(f"temperatures must be >= 0, got {self.temperatures}")
     if min(self.max_new_tokens, self.repeats, self.cost_repeats, self.phase_prompts) < 1:
