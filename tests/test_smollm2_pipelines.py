@@ -332,7 +332,15 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   with np.load(os.path.join(work, "checkpoint.npz")) as saved:
     rounded = saved["bfloat16_leaves"].tolist()
     assert rounded and all(saved[f"arr_{i}"].dtype == np.uint16 for i in rounded)
-  # export alone: the cut training's draft (step 1 of 3), as the checkpoint holds it
+  # export alone: the cut training's draft (step 1 of 3), as the checkpoint holds it; never
+  # over the installed bundle's draft (here a stand-in for it)
+  shipped = tmp_path / "shipped"
+  shipped.mkdir()
+  monkeypatch.setattr(fd, "BUNDLE", str(shipped))
+  with pytest.raises(sd.StageError, match="stopped at step 1 of 3; the installed bundle"):
+    run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(options, stages="export",
+                                                           bundle=str(shipped))))  # fmt: skip
+  assert not os.listdir(shipped)
   cut = dataclasses.replace(options, stages="export", bundle=str(tmp_path / "cut"))
   run_pipeline(fd.FeatureDraftRecipe(cut))
   exported = load_feature_draft(os.path.join(cut.bundle, "feature_draft"), target)

@@ -60,6 +60,7 @@ from specsample.train.feature_draft_options import (
 from specsample.train.optim import make_optimizer
 from specsample.train.pipeline import PipelineRun
 from specsample.train.pipeline_data import (
+  BUNDLE,
   StageError,
   agreement_by_task,
   always_kept,
@@ -386,7 +387,14 @@ class FeatureDraftRecipe:
     elif stage == "export":  # this run's training, else the committed checkpoint's draft
       draft = run.draft
       if draft is None:
-        draft, _ = checkpoint_draft(options, run.float32_target, stage)
+        draft, step = checkpoint_draft(options, run.float32_target, stage)
+        installed = os.path.exists(options.bundle) and os.path.samefile(options.bundle, BUNDLE)
+        if step < options.train_steps and installed:
+          raise StageError(
+            f"export: the training stopped at step {step} of {options.train_steps}; the "
+            f"installed bundle ({BUNDLE}) ships finished drafts only: give --bundle DIR to "
+            "try this one (specsample bench --draft DIR/feature_draft)"
+          )
       stage_export(options, draft)
     elif stage == "card":
       from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
