@@ -98,13 +98,15 @@ def test_helpers(models):
     contract.weights_per_call(models["lookup_feature_draft"])
     == models["feature_draft"].weights_per_call()
   )
-  # greedy_extend: a model without extend_greedy gives its logits' argmax and flags.
+  # greedy_extend: a model without extend_greedy gives its logits' argmax, flags and
+  # top probability.
   markov = models["markov"]
   state, _ = markov.init_state(jnp.asarray([[3, 5, 7]], jnp.int32), jnp.asarray([3]), 4)
   tokens, one = jnp.asarray([[9, 2]], jnp.int32), jnp.asarray([2], jnp.int32)
   logits, expected = markov.extend(state, tokens, one)
-  (best, bad), state = contract.greedy_extend(markov, state, tokens, one)
+  (best, bad, top), state = contract.greedy_extend(markov, state, tokens, one)
   assert best.tolist() == argmax_tokens(logits).tolist() and not bad.any()
+  np.testing.assert_allclose(top, jnp.max(jax.nn.softmax(logits, axis=-1), axis=-1), rtol=1e-6)
   jax.tree.map(np.testing.assert_array_equal, state, expected)
 
 

@@ -21,7 +21,7 @@ from specsample.checkpoints.feature_draft import (
   save_feature_draft,
 )
 from specsample.checkpoints.formats.safetensors import read_safetensors, write_safetensors
-from specsample.core.sampling import argmax_tokens, nonfinite_logits
+from specsample.core.sampling import argmax_tokens, nonfinite_logits, top_probability
 from specsample.models import DecoderOnly, MarkovLM
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.toy import MarkovFeatureDraft
@@ -103,9 +103,10 @@ def test_bad_calls_are_refused(draft):
 
 
 def test_greedy_calls_give_the_argmax_of_the_whole_vocabularys_logits(target, draft):
-  """`extend_greedy` (the reduced vocabulary's logits alone) == the argmax and unusable
-  flags of `extend`'s logits, with the same state: for the draft, for one whose kept
-  tokens all tie (the lowest id wins), one whose logits are NaN, and behind lookup."""
+  """`extend_greedy` (the reduced vocabulary's logits alone) == the argmax, unusable
+  flags and top probability of `extend`'s logits, with the same state: for the draft,
+  for one whose kept tokens all tie (the lowest id wins), one whose logits are NaN, and
+  behind lookup (with and without its doubt rule)."""
   embedding = draft.params["output_embedding"]  # [64, d]
   tied = draft.replace(
     params={**draft.params, "output_embedding": jnp.broadcast_to(embedding[3], embedding.shape)}
@@ -123,15 +124,19 @@ def test_greedy_calls_give_the_argmax_of_the_whole_vocabularys_logits(target, dr
     (jnp.asarray([[9], [4]], jnp.int32), jnp.ones((2,), jnp.int32), {}),
   )
   greedy = {}
-  for name, model in [("draft", draft), ("tied", tied), ("nan", nan),
-                      ("lookup", LookupThenModel.for_target(draft, target))]:  # fmt: skip
+  behind = {f"lookup, doubt {d}": LookupThenModel.for_target(draft, target, doubt=d)
+            for d in (0.0, 0.25, 1.0)}  # fmt: skip
+  for name, model in [("draft", draft), ("tied", tied), ("nan", nan), *behind.items()]:
     state, _ = model.init_state(tokens, lengths, 8, features=features)
     for step, num_valid, extra in calls:
       logits, expected_state = model.extend(state, step, num_valid, **extra)
-      (best, bad), state = model.extend_greedy(state, step, num_valid, **extra)
+      (best, bad, top), state = model.extend_greedy(state, step, num_valid, **extra)
       np.testing.assert_array_equal(bad, nonfinite_logits(logits))
       np.testing.assert_array_equal(  # any token where the logits are unusable
         np.where(bad, 0, best), np.where(bad, 0, argmax_tokens(logits))
+      )
+      np.testing.assert_allclose(  # over the kept tokens against the whole vocabulary
+        np.where(bad, 1, top), np.where(bad, 1, top_probability(logits)), rtol=1e-6
       )
       jax.tree.map(np.testing.assert_array_equal, state, expected_state)
       greedy.setdefault(name, []).append((best, bad))

@@ -33,7 +33,7 @@ def test_lookup_where_a_long_enough_ngram_recurs_the_model_elsewhere():
   vocab = 12
   model = MarkovLM.random(3, vocab, scale=2.0)
   target = MarkovLM.random(4, vocab)
-  draft = LookupThenModel.for_target(model, target, max_ngram=3, trust_ngram=2)
+  draft = LookupThenModel.for_target(model, target, max_ngram=3, trust_ngram=2, doubt=0.0)
   history, feed = [4, 5, 6, 1, 3, 4], [5, 9, 3]
   logits = draft_logits(draft, history, feed)  # [3, vocab]
   model_logits = draft_logits(model, history, feed)
@@ -46,12 +46,35 @@ def test_lookup_where_a_long_enough_ngram_recurs_the_model_elsewhere():
   assert np.argmax(draft_logits(loose, history, feed)[2]) == 4
 
 
+def test_a_shorter_ngram_is_used_where_the_model_is_in_doubt():
+  """After "9 3" only the lone "3" recurs (followed by 4): its continuation is proposed
+  exactly where the model's top probability there is below `doubt`."""
+  vocab = 12
+  model = MarkovLM.random(3, vocab, scale=2.0)
+  target = MarkovLM.random(4, vocab)
+  history, feed = [4, 5, 6, 1, 3, 4], [5, 9, 3]
+  model_logits = draft_logits(model, history, feed)
+  top = float(np.max(np.exp(model_logits[2]) / np.exp(model_logits[2]).sum()))
+  assert np.argmax(model_logits[2]) != 4  # the model alone would propose another token
+  for doubt, lookup_used in [(top * 1.01, True), (top * 0.99, False)]:
+    draft = LookupThenModel.for_target(model, target, trust_ngram=2, doubt=doubt)
+    logits = draft_logits(draft, history, feed)
+    assert np.argmax(logits[0]) == 6  # a trusted 2-gram whatever the model's probability
+    assert (np.argmax(logits[2]) == 4) == lookup_used
+    # "5 9": "9" occurs nowhere earlier: the model's logits whatever its doubt.
+    np.testing.assert_array_equal(logits[1], model_logits[1])
+    if not lookup_used:
+      np.testing.assert_array_equal(logits[2], model_logits[2])
+
+
 def test_bad_settings_are_refused():
   model = MarkovLM.random(3, 8)
   with pytest.raises(ValueError, match="trust_ngram"):
     LookupThenModel.for_target(model, model, max_ngram=2, trust_ngram=3)
   with pytest.raises(ValueError, match="vocabulary"):
     LookupThenModel(model, NGramDraft(vocab_size=9))
+  with pytest.raises(ValueError, match="doubt"):
+    LookupThenModel(model, NGramDraft(vocab_size=8), doubt=1.5)
 
 
 def test_greedy_output_equals_the_targets():
@@ -68,9 +91,11 @@ ROWS_PER_PROMPT = 6000
 @pytest.mark.slow
 @pytest.mark.parametrize("rule,gamma", [("token", 3), ("block", 4)])
 def test_sequences_follow_the_exact_target_distribution(rule, gamma):
-  """Lookup where the prefix repeats, a (different) model elsewhere: one p(.|prefix)."""
+  """Lookup where the prefix repeats (a 2-gram, or a lone token where the model is in
+  doubt), a (different) model elsewhere: one p(.|prefix)."""
   target = MarkovLM.random(7, 5, scale=2.0)
-  draft = LookupThenModel.for_target(MarkovLM.random(8, 5, scale=2.0), target, trust_ngram=2)
+  model = MarkovLM.random(8, 5, scale=2.0)
+  draft = LookupThenModel.for_target(model, target, trust_ngram=2, doubt=0.6)
   out = assert_speculative_samples_fit(
     target, draft, SamplingConfig(temperature=1.0), ROWS_PER_PROMPT, REPEATING_PROMPTS,
     gamma=gamma, max_new_tokens=4, verification=rule, seed=17,

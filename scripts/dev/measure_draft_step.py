@@ -85,8 +85,8 @@ def main() -> int:
       return argmax_tokens(logits[:, 0]), state
 
     def greedy(state, token, draft=draft):
-      (best, _), state = draft.extend_greedy(state, token[:, None], one)
-      return best[:, 0], state
+      greedy, state = draft.extend_greedy(state, token[:, None], one)
+      return greedy.tokens[:, 0], state
 
     calls += [loop_program(with_logits, state, pending), loop_program(greedy, state, pending)]
     names += [("logits", name), ("greedy", name)]

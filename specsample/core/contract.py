@@ -36,11 +36,11 @@ signatures; the docstrings here are the contract.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import jax
 
-from specsample.core.sampling import argmax_tokens, nonfinite_logits
+from specsample.core.sampling import argmax_tokens, nonfinite_logits, top_probability
 from specsample.core.tree import TreeLayout
 
 
@@ -217,13 +217,26 @@ class GreedyDraft(Protocol):
 
   def extend_greedy(
     self, state: Any, tokens: jax.Array, num_valid: jax.Array, **features: jax.Array
-  ) -> tuple[tuple[jax.Array, jax.Array], Any]:
+  ) -> tuple[GreedyTokens, Any]:
     """`extend` (features: a feature draft's keyword), giving instead of the logits
-    [batch, k, vocab] what greedy drafting reads of them: ((argmax int32[batch, k], the
-    lowest id on ties as `argmax_tokens`; unusable bool[batch, k], as `nonfinite_logits`),
-    state). Equal to those two of `extend`'s logits, with the same state; the token where
-    the logits are unusable is unspecified (the loop reports such a position)."""
+    [batch, k, vocab] what greedy drafting reads of them (`GreedyTokens`), and the state.
+    Equal to what `greedy_tokens` reads of `extend`'s logits, with the same state; the
+    token where the logits are unusable is unspecified (the loop reports such a
+    position)."""
     ...
+
+
+class GreedyTokens(NamedTuple):
+  """What greedy drafting reads of a draft's logits [batch, k, vocab]."""
+
+  tokens: jax.Array  # int32[batch, k]: the argmax, the lowest id on ties (`argmax_tokens`)
+  bad: jax.Array  # bool[batch, k]: unusable logits (`nonfinite_logits`)
+  top_probability: jax.Array  # float32[batch, k]: softmax at the argmax (`top_probability`)
+
+
+def greedy_tokens(logits: jax.Array) -> GreedyTokens:
+  """`GreedyTokens` of logits [batch, k, vocab]."""
+  return GreedyTokens(argmax_tokens(logits), nonfinite_logits(logits), top_probability(logits))
 
 
 @runtime_checkable
@@ -277,11 +290,11 @@ def weights_per_call(model: Any) -> tuple[int, int] | None:
 
 def greedy_extend(
   model: Any, state: Any, tokens: jax.Array, num_valid: jax.Array, **features: jax.Array
-) -> tuple[tuple[jax.Array, jax.Array], Any]:
-  """`model`'s greedy tokens and unusable-logit flags (int32[batch, k], bool[batch, k])
-  after `extend(state, tokens, num_valid, **features)`, and the state: its own
-  `extend_greedy` (`GreedyDraft`), or taken from its logits."""
+) -> tuple[GreedyTokens, Any]:
+  """`model`'s `GreedyTokens` after `extend(state, tokens, num_valid, **features)`, and
+  the state: its own `extend_greedy` (`GreedyDraft`), or read off its logits. (What a
+  caller leaves unused, the compiled program does not compute.)"""
   if isinstance(model, GreedyDraft):
     return model.extend_greedy(state, tokens, num_valid, **features)
   logits, state = model.extend(state, tokens, num_valid, **features)  # [batch, k, vocab]
-  return (argmax_tokens(logits), nonfinite_logits(logits)), state
+  return greedy_tokens(logits), state

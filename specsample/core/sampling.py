@@ -202,3 +202,12 @@ def nonfinite_logits(logits: jax.Array) -> jax.Array:
   maximum is NaN, +inf or -inf exactly in those cases (XLA's max propagates NaN).
   """
   return ~jnp.isfinite(jnp.max(logits, axis=-1))
+
+
+def top_probability(logits: jax.Array) -> jax.Array:
+  """The most likely token's probability, softmax(logits) at the maximum, as
+  1 / sum exp(logits - max).  float[..., vocab] -> float32[...] (NaN where
+  `nonfinite_logits`)."""
+  logits = logits.astype(jnp.float32)
+  best = jnp.max(logits, axis=-1, keepdims=True)
+  return 1.0 / jnp.sum(jnp.exp(logits - best), axis=-1)

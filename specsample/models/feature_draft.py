@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.core.sampling import argmax_tokens, nonfinite_logits
+from specsample.core.contract import GreedyTokens, greedy_tokens
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.decoder_only.network import Block, empty_caches
 from specsample.models.kv_cache import KVCache, causal_mask
@@ -120,13 +120,12 @@ class FeatureDraftNetwork(nn.Module):
     return logits, new_caches, x
 
   def greedy(self, tokens, features, positions, caches, end_index):
-    """`__call__`'s argmax and unusable flags without the whole vocabulary's logits: ->
-    ((tokens int32[batch, k], bad bool[batch, k]), caches, features [batch, k, d]). The
-    same tokens, ties included, as `output_ids` is increasing (`load_feature_draft`)."""
+    """`__call__`'s `GreedyTokens` ([batch, k] each) without the whole vocabulary's
+    logits: -> (GreedyTokens, caches, features [batch, k, d]). The same tokens, ties
+    included, as `output_ids` is increasing (`load_feature_draft`)."""
     x, new_caches = self.predict_features(tokens, features, positions, caches, end_index)
-    kept = self.kept_logits(x).astype(jnp.float32)  # [batch, k, output_vocab]
-    best = self.output_ids[argmax_tokens(kept)]  # [batch, k]
-    return (best, nonfinite_logits(kept)), new_caches, x
+    kept = greedy_tokens(self.kept_logits(x).astype(jnp.float32))  # of [batch, k, output_vocab]
+    return kept._replace(tokens=self.output_ids[kept.tokens]), new_caches, x
 
 
 @struct.dataclass
@@ -175,7 +174,7 @@ class FeatureDraft:
 
   def _run(self, state: KVCache, tokens, features, method="__call__"):
     """tokens int32[batch, k] with features [batch, k, d], written at each row's end ->
-    (logits [batch, k, vocab] (method "greedy": (tokens, bad) [batch, k] each), the state
+    (logits [batch, k, vocab] (method "greedy": `GreedyTokens`), the state
     with them written; its end index unmoved, predicted features [batch, k, d])."""
     positions = state.end_index[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)
     logits, caches, outputs = FeatureDraftNetwork(self.config).apply(
@@ -234,9 +233,9 @@ class FeatureDraft:
     tokens: jax.Array,
     num_valid: jax.Array,
     features: jax.Array | None = None,
-  ) -> tuple[tuple[jax.Array, jax.Array], FeatureDraftState]:
-    """`extend`'s argmax tokens and unusable flags ([batch, k] each; `GreedyDraft`) from
-    the reduced vocabulary's logits alone, and the same state."""
+  ) -> tuple[GreedyTokens, FeatureDraftState]:
+    """`extend`'s `GreedyTokens` ([batch, k] each; `GreedyDraft`) from the reduced
+    vocabulary's logits alone, and the same state."""
     return self._extend(state, tokens, num_valid, features, "greedy")
 
   def _extend(self, state: FeatureDraftState, tokens, num_valid, features, method):

@@ -76,7 +76,7 @@ def catch_up_one(draft, draft_state, pending: jax.Array, num_pending: jax.Array,
 
 def draft_call(draft, draft_state, tokens: jax.Array, num_valid: jax.Array, *, greedy, **features):
   """The draft's `extend` -> (logits [batch, k, vocab], state); greedy: what greedy
-  drafting reads of them, ((tokens int32[batch, k], unusable bool[batch, k]), state)
+  drafting reads of them, (`contract.GreedyTokens` [batch, k] each, state)
   (`contract.greedy_extend`: a feature draft never builds its whole vocabulary's logits)."""
   if greedy:
     return greedy_extend(draft, draft_state, tokens, num_valid, **features)
@@ -97,13 +97,13 @@ def at_position(result, index: jax.Array):
 def draw_chain(draft, draft_state, first, active, keys, *, sampling, need_probs):
   """From p_1, draws x_1 and drafts x_2..x_gamma one step at a time (the draft sees
   x_1..x_{gamma-1}; gamma = len(keys)). first: p_1's logits [batch, vocab], or for greedy
-  drafting without probabilities (`greedy_drafting`) the draft's greedy token and
-  unusable flag, [batch] each. -> Proposal (all gamma)."""
+  drafting without probabilities (`greedy_drafting`) the draft's `GreedyTokens` there,
+  [batch] each. -> Proposal (all gamma)."""
   greedy = greedy_drafting(sampling, need_probs)
   gamma = keys.shape[0]
   one = active.astype(jnp.int32)  # [batch]: 1 for rows that advance
   if greedy:
-    (token, first_bad), probs = first, None
+    token, first_bad, probs = first.tokens, first.bad, None
   else:
     token, probs = draw(keys[0], first, sampling, need_probs=need_probs)
     first_bad = nonfinite_logits(first)
@@ -111,10 +111,9 @@ def draw_chain(draft, draft_state, first, active, keys, *, sampling, need_probs)
   def draft_step(carry, step_key):
     draft_state, token = carry
     if greedy:  # [batch, 1] each
-      (next_token, bad), draft_state = draft_call(
-        draft, draft_state, token[:, None], one, greedy=True
-      )
-      return (draft_state, next_token[:, 0]), (next_token[:, 0], None, bad[:, 0])
+      greedy_next, draft_state = draft_call(draft, draft_state, token[:, None], one, greedy=True)
+      next_token = greedy_next.tokens[:, 0]
+      return (draft_state, next_token), (next_token, None, greedy_next.bad[:, 0])
     logits, draft_state = draft.extend(draft_state, token[:, None], one)  # [batch, 1, vocab]
     next_token, probs = draw(step_key, logits[:, 0], sampling, need_probs=need_probs)
     return (draft_state, next_token), (next_token, probs, nonfinite_logits(logits[:, 0]))
