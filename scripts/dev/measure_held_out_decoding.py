@@ -12,9 +12,10 @@ each alone at batch 1, all padded to one width so that one program serves them:
             verify phase and bookkeeping per iteration, and a plain step
 
 To compare two versions of the code, run this file with each checkout's interpreter in
-turn (it uses only the public API):
+turn (it uses only the public API). `--prompt TEXT` (repeatable) takes these chat
+prompts instead of the held-out ones; the phases then also give both decoders' prefill.
 
-  python scripts/dev/measure_held_out_decoding.py [--num-prompts 10] [--gamma 2]
+  python scripts/dev/measure_held_out_decoding.py [--num-prompts 10] [--gamma 2] [--prompt TEXT]
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from specsample.bench.phases import phase_breakdown
 from specsample.data.chat_prompts import build_prompts
 from specsample.pairs import load_pair
 
+PREFILL_AND_TOTALS = ("prefill", "speculative", "target_prefill", "autoregressive")
+
 
 def main() -> int:
   # Flags alike in shape to measure_gemma_draft_cost.py's: each script reads its own.
@@ -40,12 +43,12 @@ def main() -> int:
   parser.add_argument("--phase-prompts", type=int, default=4)
   parser.add_argument("--gamma", type=int, default=2)
   parser.add_argument("--max-new-tokens", type=int, default=96)
+  parser.add_argument("--prompt", action="append", default=None, help="a chat prompt of yours")
   args = parser.parse_args()
   pair = load_pair()
-  prompts = build_prompts("held_out", args.num_prompts, seed=11)
-  chats = [
-    pair.tokenizer.apply_chat_template([{"role": "user", "content": p.prompt}]) for p in prompts
-  ]
+  held_out = build_prompts("held_out", args.num_prompts, seed=11) if not args.prompt else []
+  texts = args.prompt or [p.prompt for p in held_out]
+  chats = [pair.tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in texts]
   width = max(map(len, chats))
   rows = [pad_to_width([chat], width) for chat in chats]
   seconds = tokens = 0.0
@@ -70,7 +73,8 @@ def main() -> int:
     tokens += int(out.lengths[0])
     per_call.append(out.stats.tokens_per_target_call)
   print(
-    f"{len(rows)} held-out prompts padded to {width} tokens, gamma {args.gamma}, "
+    f"{len(rows)} {'' if args.prompt else 'held-out '}prompts padded to {width} tokens, "
+    f"gamma {args.gamma}, "
     f"{args.max_new_tokens} new tokens: {1e3 * seconds / tokens:.2f} ms/token, "
     f"{np.mean(per_call):.3f} tokens per target call"
   )
@@ -84,6 +88,12 @@ def main() -> int:
     f"{1e3 * phases.draft_per_iteration:.2f}, verify {1e3 * phases.verify_per_iteration:.2f}, "
     f"bookkeeping {1e3 * phases.bookkeeping_per_iteration:.2f}; plain step {1e3 * step:.2f} ms; "
     f"draft phase / plain step {phases.draft_per_iteration / step:.2f}"
+  )
+  ms = {name: 1e3 * getattr(phases, f"{name}_seconds") for name in PREFILL_AND_TOTALS}
+  print(
+    f"{phases.iterations} iterations, {phases.tokens} tokens; prefill {ms['prefill']:.1f} ms "
+    f"speculative ({ms['speculative']:.1f} ms in all), {ms['target_prefill']:.1f} ms plain "
+    f"({ms['autoregressive']:.1f} ms in all)"
   )
   return 0
 
