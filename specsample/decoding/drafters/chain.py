@@ -166,13 +166,18 @@ class ChainDrafter:
 
   def propose(self, state: ChainState, active, key) -> Proposal:
     owed = jnp.where(active, state.num_pending, 0)  # [batch]
-    greedy = greedy_drafting(self.sampling, self.need_probs)
-    first, model_state = catch_up(self.draft, state.model_state, state.pending, owed, greedy=greedy)
+    first, model_state = self.catch_up(state, owed, greedy_drafting(self.sampling, self.need_probs))
     keys = jax.random.split(key, self.gamma)
     return draw_chain(
       self.draft, model_state, first, active, keys,
       sampling=self.sampling, need_probs=self.need_probs,
     )  # fmt: skip
+
+  def catch_up(self, state: ChainState, owed: jax.Array, greedy: bool):
+    """The draft's call over the committed tokens it owes, int32[batch] each (0 for rows
+    that sit out) -> (p_1's logits [batch, vocab], or with greedy its `GreedyTokens`
+    [batch] each; the draft's state)."""
+    return catch_up(self.draft, state.model_state, state.pending, owed, greedy=greedy)
 
   def score(self, target, target_state, last_token, proposal: Proposal, active) -> Scored:
     tokens = jnp.concatenate([last_token[:, None], proposal.tokens], axis=1)  # [batch, gamma + 1]

@@ -21,8 +21,6 @@ from specsample.decoding.drafters.chain import (
   ChainDrafter,
   at_position,
   draft_call,
-  draw_chain,
-  greedy_drafting,
 )
 
 
@@ -84,17 +82,11 @@ class FeatureDrafter(ChainDrafter):
     )
     return target_state, last_token, state
 
-  def propose(self, state: FeatureState, active, key) -> Proposal:
-    owed = jnp.where(active, state.num_pending, 0)  # [batch]
-    greedy = greedy_drafting(self.sampling, self.need_probs)
-    first, model_state = catch_up_with_features(
+  def catch_up(self, state: FeatureState, owed: jax.Array, greedy: bool):
+    """The chain's catch-up, each owed token paired with the target's feature before it."""
+    return catch_up_with_features(
       self.draft, state.model_state, state.pending, owed, state.pending_features, greedy=greedy
     )
-    keys = jax.random.split(key, self.gamma)
-    return draw_chain(
-      self.draft, model_state, first, active, keys,
-      sampling=self.sampling, need_probs=self.need_probs,
-    )  # fmt: skip
 
   def score(self, target, target_state, last_token, proposal: Proposal, active) -> Scored:
     tokens = jnp.concatenate([last_token[:, None], proposal.tokens], axis=1)  # [batch, gamma + 1]
