@@ -46,8 +46,7 @@ def main() -> int:
   parser.add_argument("--prompt", action="append", default=None, help="a chat prompt of yours")
   args = parser.parse_args()
   pair = load_pair()
-  held_out = build_prompts("held_out", args.num_prompts, seed=11) if not args.prompt else []
-  texts = args.prompt or [p.prompt for p in held_out]
+  texts = args.prompt or [p.prompt for p in build_prompts("held_out", args.num_prompts, seed=11)]
   chats = [pair.tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in texts]
   width = max(map(len, chats))
   rows = [pad_to_width([chat], width) for chat in chats]

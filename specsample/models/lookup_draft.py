@@ -131,7 +131,7 @@ class LookupThenModel:
     logits, model_state = self.model.extend(state.model, tokens, num_valid, **extra)
     logits = logits.astype(jnp.float32)
     proposals, lengths, lookup_state = self.lookup.lookup(state.lookup, tokens, num_valid)
-    use = self._uses_lookup(lengths, lambda: top_probability(logits))  # [batch, k]
+    use = self._uses_lookup(lengths, top_probability(logits))  # [batch, k]
     logits = jnp.where(use[..., None], one_hot_logits(proposals, self.vocab_size), logits)
     return logits, LookupThenModelState(model=model_state, lookup=lookup_state)
 
@@ -149,7 +149,7 @@ class LookupThenModel:
       self.model, state.model, tokens, num_valid, **extra
     )  # [batch, k] each
     proposals, lengths, lookup_state = self.lookup.lookup(state.lookup, tokens, num_valid)
-    use = self._uses_lookup(lengths, lambda: model.top_probability)  # [batch, k]
+    use = self._uses_lookup(lengths, model.top_probability)  # [batch, k]
     greedy = contract.GreedyTokens(
       tokens=jnp.where(use, proposals, model.tokens),
       bad=model.bad & ~use,
@@ -157,14 +157,14 @@ class LookupThenModel:
     )
     return greedy, LookupThenModelState(model=model_state, lookup=lookup_state)
 
-  def _uses_lookup(self, lengths: jax.Array, model_top_probability) -> jax.Array:
-    """Where the lookup's proposal is used: int32[batch, k] n-gram lengths (0: none) ->
-    bool[batch, k]. model_top_probability: a function giving the model's top
-    probabilities [batch, k] (not computed when doubt is 0)."""
+  def _uses_lookup(self, lengths: jax.Array, model_top_probability: jax.Array) -> jax.Array:
+    """Where the lookup's proposal is used: int32[batch, k] n-gram lengths (0: none) and
+    the model's top probabilities float32[batch, k] -> bool[batch, k]. (With doubt 0 the
+    probabilities go unread, and the compiled program does not compute them.)"""
     trusted = lengths >= self.trust_ngram
     if self.doubt <= 0.0:
       return trusted
-    return trusted | ((lengths >= 1) & (model_top_probability() < self.doubt))
+    return trusted | ((lengths >= 1) & (model_top_probability < self.doubt))
 
   def weights_per_call(self) -> tuple[int, int] | None:
     """The model's (the lookup reads no weights; the model runs on every call); None when
