@@ -26,12 +26,10 @@ is their command line.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-from specsample.train.pipeline import run_pipeline
-from specsample.train.pipeline_data import StageError
+from specsample.train.pipeline import add_option_flags, recipe_parser, run_command_line
 from specsample.train.token_draft_options import TokenDraftOptions
 from specsample.train.token_draft_recipe import TokenDraftRecipe
 
@@ -40,39 +38,16 @@ BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bund
 
 def main(argv=None) -> int:
   d = TokenDraftOptions()
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--work", default=d.work)
-  parser.add_argument("--target", default=d.target,
-                      help="the target's GGUF file (default: SmolLM2-135M-Instruct)")  # fmt: skip
-  parser.add_argument("--bundle", default=BUNDLE, help="where the draft and its card go")
-  parser.add_argument("--stages", default=d.stages)
-  parser.add_argument("--seed", type=int, default=d.seed)
-  parser.add_argument("--train-prompts", type=int, default=d.train_prompts)
-  parser.add_argument("--bench-prompts", type=int, default=d.bench_prompts)
-  parser.add_argument("--generate-batch", type=int, default=d.generate_batch)
-  parser.add_argument("--generate-minutes", type=float, default=d.generate_minutes)
-  parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-  parser.add_argument("--output-vocab", type=int, default=d.output_vocab)
+  parser = recipe_parser(__doc__.split("\n")[0], d, BUNDLE)
+  add_option_flags(parser, d, "stages", "seed", "train_prompts", "bench_prompts", "generate_batch",
+                   "generate_minutes", "max_new_tokens", "output_vocab")  # fmt: skip
   parser.add_argument(
     "--layers", default=d.layers, help="the target's layers the draft starts from"
   )
-  parser.add_argument("--train-steps", type=int, default=d.train_steps)
-  parser.add_argument("--train-minutes", type=float, default=d.train_minutes)
-  parser.add_argument("--batch-size", type=int, default=d.batch_size)
-  parser.add_argument("--learning-rate", type=float, default=d.learning_rate)
-  parser.add_argument("--soft-weight", type=float, default=d.soft_weight)
-  parser.add_argument("--prompt-weight", type=float, default=d.prompt_weight)
-  parser.add_argument(
-    "--bench-reports",
-    default=d.bench_reports,
-    help="report.json of the draft behind prompt lookup, then of the draft alone",
-  )
+  add_option_flags(parser, d, "train_steps", "train_minutes", "batch_size", "learning_rate",
+                   "soft_weight", "prompt_weight")  # fmt: skip
   options = TokenDraftOptions(**vars(parser.parse_args(argv)))
-  try:
-    run_pipeline(TokenDraftRecipe(options))
-  except StageError as error:
-    sys.exit(str(error))
-  return 0
+  return run_command_line(TokenDraftRecipe(options))
 
 
 if __name__ == "__main__":

@@ -33,14 +33,12 @@ script is their command line.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from specsample.train.feature_draft_options import FEATURE_SOURCES, STAGES, FeatureDraftOptions
 from specsample.train.feature_draft_recipe import FeatureDraftRecipe
-from specsample.train.pipeline import run_pipeline
-from specsample.train.pipeline_data import StageError
+from specsample.train.pipeline import add_option_flags, recipe_parser, run_command_line
 from specsample.train.resume import CHECKPOINT_DTYPES
 
 BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bundled", "smollm2")
@@ -48,24 +46,20 @@ BUNDLE = os.path.join(os.path.dirname(__file__), "..", "..", "specsample", "bund
 
 def main(argv=None) -> int:
   d = FeatureDraftOptions()
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--work", default=d.work)
-  parser.add_argument("--target", default=d.target,
-                      help="the target's GGUF file (default: SmolLM2-135M-Instruct)")  # fmt: skip
-  parser.add_argument("--bundle", default=BUNDLE, help="where the draft and its card go")
+  parser = recipe_parser(__doc__.split("\n")[0], d, BUNDLE)
   parser.add_argument("--stages", default=d.stages, help=f"comma-separated, of {','.join(STAGES)}")
   parser.add_argument("--store", default=d.store,
                       help="the committed response store (vocab, train, features)")  # fmt: skip
   parser.add_argument("--features", choices=FEATURE_SOURCES, default=d.features,
                       help="live: the target's features computed for each batch from --store; "
                       "shards: read from --shards (the features or generate stage)")  # fmt: skip
-  parser.add_argument("--features-minutes", type=float, default=d.features_minutes)
+  add_option_flags(parser, d, "features_minutes")
   parser.add_argument("--shards", default=d.shards,
                       help="the feature shards' directory (default: WORK/shards)")  # fmt: skip
   parser.add_argument("--checkpoint-dtype", choices=CHECKPOINT_DTYPES,
                       default=d.checkpoint_dtype,
                       help="bfloat16: half the size, for a committed --work")  # fmt: skip
-  parser.add_argument("--seed", type=int, default=d.seed)
+  add_option_flags(parser, d, "seed")
   parser.add_argument(
     "--target-activations",
     choices=("int8", "float32"),
@@ -73,11 +67,8 @@ def main(argv=None) -> int:
     help="the target's arithmetic for its responses and features (int8: GGUF blocks with "
     "8-bit activations, what generate runs by default)",
   )
-  parser.add_argument("--train-prompts", type=int, default=d.train_prompts)
-  parser.add_argument("--generate-batch", type=int, default=d.generate_batch)
-  parser.add_argument("--generate-minutes", type=float, default=d.generate_minutes)
-  parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-  parser.add_argument("--output-vocab", type=int, default=d.output_vocab)
+  add_option_flags(parser, d, "train_prompts", "generate_batch", "generate_minutes",
+                   "max_new_tokens", "output_vocab")  # fmt: skip
   parser.add_argument("--layers", type=int, default=d.layers, help="decoder layers of the draft")
   parser.add_argument(
     "--feature-layers",
@@ -85,13 +76,8 @@ def main(argv=None) -> int:
     help="target layers (comma-separated indices, e.g. 2,15) whose outputs the draft fuses "
     "with the final state (EAGLE-3); generate the shards with the same",
   )
-  parser.add_argument("--train-steps", type=int, default=d.train_steps)
-  parser.add_argument("--train-minutes", type=float, default=d.train_minutes)
-  parser.add_argument("--tokens-per-batch", type=int, default=d.tokens_per_batch)
-  parser.add_argument("--learning-rate", type=float, default=d.learning_rate)
-  parser.add_argument("--cls-weight", type=float, default=d.cls_weight)
-  parser.add_argument("--noise", type=float, default=d.noise)
-  parser.add_argument("--prompt-weight", type=float, default=d.prompt_weight)
+  add_option_flags(parser, d, "train_steps", "train_minutes", "tokens_per_batch", "learning_rate",
+                   "cls_weight", "noise", "prompt_weight")  # fmt: skip
   parser.add_argument(
     "--steps-ahead",
     type=int,
@@ -113,17 +99,8 @@ def main(argv=None) -> int:
     default=os.path.join(BUNDLE, "prompts.jsonl"),
     help="the card's alpha by task runs the draft alone on these prompts",
   )
-  parser.add_argument(
-    "--bench-reports",
-    default=d.bench_reports,
-    help="report.json of the draft behind prompt lookup, then of the draft alone",
-  )
   options = FeatureDraftOptions(**vars(parser.parse_args(argv)))
-  try:
-    run_pipeline(FeatureDraftRecipe(options))
-  except StageError as error:
-    sys.exit(str(error))
-  return 0
+  return run_command_line(FeatureDraftRecipe(options))
 
 
 if __name__ == "__main__":

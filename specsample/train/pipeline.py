@@ -13,8 +13,10 @@ Each stage takes its own time budget and resumes from what the work directory ho
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
+import sys
 from typing import Any, Protocol
 
 from specsample.train import pipeline_data as data
@@ -98,3 +100,37 @@ def run_pipeline(recipe: Recipe) -> PipelineRun:
   for stage in stages:
     recipe.run_stage(stage, run)
   return run
+
+
+def recipe_parser(description: str, defaults: Any, bundle: str) -> argparse.ArgumentParser:
+  """A training script's argparse parser with the flags every recipe's options have:
+  --work, --target, --bundle (default `bundle`) and --bench-reports."""
+  parser = argparse.ArgumentParser(description=description)
+  add_option_flags(parser, defaults, "work")
+  parser.add_argument("--target", default=defaults.target,
+                      help="the target's GGUF file (default: SmolLM2-135M-Instruct)")  # fmt: skip
+  parser.add_argument("--bundle", default=bundle, help="where the draft and its card go")
+  parser.add_argument(
+    "--bench-reports",
+    default=defaults.bench_reports,
+    help="report.json of the draft behind prompt lookup, then of the draft alone",
+  )
+  return parser
+
+
+def add_option_flags(parser, defaults: Any, *names: str) -> None:
+  """Adds to the argparse `parser` a flag per option field in `names` (train_steps ->
+  --train-steps), of the type and with the default the field has in `defaults`."""
+  for name in names:
+    default = getattr(defaults, name)
+    parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
+
+
+def run_command_line(recipe: Recipe) -> int:
+  """Runs `recipe`'s pipeline for a training script: a stage that cannot run exits with
+  its message. -> 0."""
+  try:
+    run_pipeline(recipe)
+  except StageError as error:
+    sys.exit(str(error))
+  return 0
