@@ -35,6 +35,7 @@ and then:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import json
 import os
@@ -71,6 +72,7 @@ from specsample.train.pipeline_data import (
   log_export,
   progress_bar,
   read_json,
+  train_with_progress,
   vocab_coverage,
   write_train_prompts,
   write_training_log,
@@ -277,21 +279,12 @@ def stage_train(
     stream = df.batches(train, settings.tokens_per_batch, options.seed, start=start,
                         prompt_weight=settings.prompt_weight, complete=complete)  # fmt: skip
     begin = time.time()
-    with progress_bar() as bar:
-      task = bar.add_task("training", total=settings.steps, completed=start)
-
-      def progress(step, value):
-        bar.update(task, completed=step, description=f"training (loss {value:.3f})")
-
-      def checkpoint(model, opt_state, step):
-        save_checkpoint(path, model, opt_state, step, options.checkpoint_dtype)
-        if step % 100 == 0:
-          log(f"train: step {step} validation {df.agreement(model, held, steps=3)}")
-
-      draft, _, history = df.train(
-        draft, lambda: next(stream), settings, opt_state=opt_state, start_step=start,
-        progress=progress, checkpoint=checkpoint,
-      )  # fmt: skip
+    draft, _, history = train_with_progress(
+      df.train, draft, lambda: next(stream), settings, opt_state=opt_state, start_step=start,
+      label="training",
+      save=functools.partial(save_checkpoint, path, dtype=options.checkpoint_dtype),
+      validate=lambda model: df.agreement(model, held, steps=3),
+    )  # fmt: skip
     minutes = (time.time() - begin) / 60 + (0.0 if earlier else previous.get("minutes", 0.0))
     write_training_log(
       options.work, earlier, history, minutes, sequences=len(train), positions=positions,

@@ -209,6 +209,36 @@ def earlier_training(work: str, steps: int) -> tuple[dict, bool]:
   return earlier, bool(earlier) and earlier.get("steps_done", steps) >= steps
 
 
+VALIDATE_EVERY = 100  # the train stages checkpoint and log the held-out agreement this often
+
+
+def train_with_progress(
+  train: Callable, draft, next_batch, settings, *, opt_state, start_step: int, label: str,
+  save: Callable, validate: Callable,
+):  # fmt: skip
+  """`train(draft, next_batch, settings, ...)` (distill_decoder.distill or
+  distill_features.train) from `start_step` (with `opt_state`) under a progress bar named
+  `label`. Every VALIDATE_EVERY steps, at the last and when the time is spent it calls
+  `save(model, opt_state, step)` (between steps, before the next step donates the model's
+  arrays), and every VALIDATE_EVERY steps it logs `validate(model)`. -> what `train`
+  returns: (draft, optimizer state, (step, mean loss) log)."""
+  with progress_bar() as bar:
+    task = bar.add_task(label, total=settings.steps, completed=start_step)
+
+    def progress(step, value):
+      bar.update(task, completed=step, description=f"{label} (loss {value:.3f})")
+
+    def checkpoint(model, opt_state, step):
+      save(model, opt_state, step)
+      if step % VALIDATE_EVERY == 0:
+        log(f"train: step {step} validation {validate(model)}")
+
+    return train(
+      draft, next_batch, settings, opt_state=opt_state, start_step=start_step,
+      progress=progress, checkpoint=checkpoint, checkpoint_every=VALIDATE_EVERY,
+    )  # fmt: skip
+
+
 def write_training_log(work: str, earlier: dict, history, minutes: float, **facts) -> None:
   """work/train_log.json: `earlier`'s history and minutes continued by this run's (history:
   (step, mean loss) pairs), the step reached, and `facts`."""

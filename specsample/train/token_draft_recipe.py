@@ -18,6 +18,7 @@ Stages (`TokenDraftOptions.stages`; each resumes from what `work` already holds)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import random
@@ -40,9 +41,9 @@ from specsample.train.pipeline_data import (
   generate_batches,
   log,
   log_export,
-  progress_bar,
   read_json,
   split_validation,
+  train_with_progress,
   vocab_coverage,
   write_train_prompts,
   write_training_log,
@@ -232,22 +233,12 @@ def stage_train(options: TokenDraftOptions, target: DecoderOnly) -> DecoderOnly:
     stream = dd.batches(examples, table, options.batch_size, options.seed, start=start,
                         prompt_weight=options.prompt_weight)  # fmt: skip
     begin = time.time()
-    with progress_bar() as bar:
-      task = bar.add_task("distillation", total=settings.steps, completed=start)
-
-      def progress(step, value):
-        bar.update(task, completed=step, description=f"distillation (loss {value:.3f})")
-
-      def checkpoint(model, opt_state, step):
-        # Called between steps, before the next step donates the model's arrays.
-        save_checkpoint(path, model, opt_state, step)
-        if step % 100 == 0:
-          log(f"train: step {step} validation {dd.agreement(model, held)}")
-
-      draft, _, history = dd.distill(
-        draft, lambda: next(stream), settings, opt_state=opt_state, start_step=start,
-        progress=progress, checkpoint=checkpoint, checkpoint_every=100,
-      )  # fmt: skip
+    draft, _, history = train_with_progress(
+      dd.distill, draft, lambda: next(stream), settings, opt_state=opt_state, start_step=start,
+      label="distillation",
+      save=functools.partial(save_checkpoint, path),
+      validate=lambda model: dd.agreement(model, held),
+    )  # fmt: skip
     write_training_log(
       options.work, earlier, history, (time.time() - begin) / 60, responses=len(examples),
       response_tokens=tokens, settings=dataclasses.asdict(options),
