@@ -21,6 +21,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+from measure_small_k_kernel import chain  # scripts/dev, beside this script
 
 from specsample.bench.timing import interleaved_medians
 from specsample.kernels import blocks, int8_blocks, native, small_k
@@ -37,19 +38,6 @@ def random_blocks(rng, n: int, d: int, format: str) -> blocks.BlockMatrix:
     halves = rng.uniform(1e-3, 2e-2, (n, d // weights)).astype(np.float16)
     raw[..., offset : offset + 2] = halves.view(np.uint8).reshape(n, d // weights, 2)
   return blocks.from_numpy(raw.reshape(n, -1), format)
-
-
-# The same as measure_small_k_kernel.py's _chain: each scripts/dev file runs alone (no shared code).
-def _chain(product):
-  """A program applying `product` with every matrix in turn (chained through a scalar)."""
-
-  def run(x, matrices):
-    acc = jnp.zeros((), jnp.float32)
-    for w in matrices:
-      acc = acc + product(x + acc, w)[0, 0]
-    return acc
-
-  return jax.jit(run)
 
 
 def main() -> None:
@@ -83,17 +71,17 @@ def main() -> None:
       matrices[format] = [
         jnp.asarray(rng.standard_normal((n, d), np.float32), dtype) for _ in range(copies)
       ]
-      products[format] = _chain(small_k.matmul_transposed)
+      products[format] = chain(small_k.matmul_transposed)
     elif format.endswith(":int8"):
       base = format.removesuffix(":int8")
       matrices[format] = [
         int8_blocks.from_gguf_blocks(np.asarray(random_blocks(rng, n, d, base).blocks), base)
         for _ in range(copies)
       ]
-      products[format] = _chain(int8_blocks.matmul)
+      products[format] = chain(int8_blocks.matmul)
     else:
       matrices[format] = [random_blocks(rng, n, d, format) for _ in range(copies)]
-      products[format] = _chain(blocks.matmul)
+      products[format] = chain(blocks.matmul)
   stored = {
     f: (m[0].nbytes if hasattr(m[0], "format") else m[0].size * m[0].dtype.itemsize)
     for f, m in matrices.items()

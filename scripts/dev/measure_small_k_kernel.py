@@ -27,8 +27,9 @@ import numpy as np
 from specsample.kernels import native, small_k
 
 
-def _chain(product):
-  """A program applying `product` with every matrix in turn (chained through a scalar)."""
+def chain(product):
+  """A program applying `product` with every matrix in turn (chained through a scalar);
+  measure_block_formats.py uses it too."""
 
   def run(x, matrices):
     acc = jnp.zeros((), jnp.float32)
@@ -85,23 +86,23 @@ def main() -> None:
     for k in args.k:
       x = jnp.asarray(rng.standard_normal((k, d), np.float32))
       runs = {
-        "kernel": (_traced_with("auto", _chain(small_k.matmul), x, matrices), matrices),
-        "xla": (_traced_with("xla", _chain(small_k.matmul), x, matrices), matrices),
+        "kernel": (_traced_with("auto", chain(small_k.matmul), x, matrices), matrices),
+        "xla": (_traced_with("xla", chain(small_k.matmul), x, matrices), matrices),
         "kernel_t": (
-          _traced_with("auto", _chain(small_k.matmul_transposed), x, transposed),
+          _traced_with("auto", chain(small_k.matmul_transposed), x, transposed),
           transposed,
         ),
         "xla_t": (
-          _traced_with("xla", _chain(small_k.matmul_transposed), x, transposed),
+          _traced_with("xla", chain(small_k.matmul_transposed), x, transposed),
           transposed,
         ),
       }
       if args.bfloat16:
         halves = [w.astype(jnp.bfloat16) for w in matrices]
         halves_t = [e.astype(jnp.bfloat16) for e in transposed]
-        runs["kernel_bf16"] = (_traced_with("auto", _chain(small_k.matmul), x, halves), halves)
+        runs["kernel_bf16"] = (_traced_with("auto", chain(small_k.matmul), x, halves), halves)
         runs["kernel_t_bf16"] = (
-          _traced_with("auto", _chain(small_k.matmul_transposed), x, halves_t),
+          _traced_with("auto", chain(small_k.matmul_transposed), x, halves_t),
           halves_t,
         )
       seconds = {name: [] for name in runs}
