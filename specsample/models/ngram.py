@@ -29,8 +29,24 @@ def one_hot_logits(proposals: jax.Array, vocab_size: int) -> jax.Array:
 
 @struct.dataclass
 class NGramState:
+  """A token history, the whole cache of a model that reads back only the tokens fed so
+  far (NGramDraft's; the toy MarkovLM's too)."""
+
   tokens: jax.Array  # int32[batch, capacity]: every token fed so far, per row
   end_index: jax.Array  # int32[batch]: valid positions per row
+
+  @classmethod
+  def of_prompts(
+    cls, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
+  ) -> tuple[NGramState, jax.Array]:
+    """(the history of `prompts` with room for `num_new_positions` more tokens, each row's
+    last prompt token, pending): a model contract's `init_state`."""
+    batch, length = prompts.shape
+    tokens = jnp.zeros((batch, length + num_new_positions), jnp.int32)
+    tokens = tokens.at[:, :length].set(prompts.astype(jnp.int32))
+    last = prompt_lengths.astype(jnp.int32) - 1  # [batch]
+    pending = jnp.take_along_axis(tokens, last[:, None], axis=1)[:, 0]
+    return cls(tokens=tokens, end_index=last), pending
 
 
 @struct.dataclass
@@ -57,12 +73,7 @@ class NGramDraft:
   def init_state(
     self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
   ) -> tuple[NGramState, jax.Array]:
-    batch, length = prompts.shape
-    tokens = jnp.zeros((batch, length + num_new_positions), jnp.int32)
-    tokens = tokens.at[:, :length].set(prompts.astype(jnp.int32))
-    last = prompt_lengths.astype(jnp.int32) - 1  # [batch]
-    pending = jnp.take_along_axis(tokens, last[:, None], axis=1)[:, 0]
-    return NGramState(tokens=tokens, end_index=last), pending
+    return NGramState.of_prompts(prompts, prompt_lengths, num_new_positions)
 
   def extend(
     self, state: NGramState, tokens: jax.Array, num_valid: jax.Array

@@ -19,15 +19,14 @@ from flax import struct
 
 from specsample.core.sampling import SamplingConfig, logits_to_probs
 from specsample.core.tree import TreeLayout
+from specsample.models.ngram import NGramState
 
 # Context positions before the start of a sequence read as this token (order >= 2).
 _BEFORE_START_TOKEN = 0
 
 
-@struct.dataclass
-class MarkovState:
-  tokens: jax.Array  # int32[batch, capacity]: every token fed so far, per row
-  end_index: jax.Array  # int32[batch]: valid positions per row
+# MarkovLM's cache: the tokens fed so far and each row's end index, prompt lookup's history.
+MarkovState = NGramState
 
 
 @struct.dataclass
@@ -94,10 +93,7 @@ class MarkovLM:
         f"{num_new_positions} positions for generation need {capacity} positions, "
         f"but max_length is {self.max_length}"
       )
-    tokens = jnp.zeros((batch, capacity), jnp.int32).at[:, :prompt_length].set(prompts)
-    last = prompt_lengths.astype(jnp.int32) - 1  # [batch]
-    pending = jnp.take_along_axis(prompts, last[:, None], axis=1)[:, 0].astype(jnp.int32)
-    return MarkovState(tokens=tokens, end_index=last), pending
+    return MarkovState.of_prompts(prompts, prompt_lengths, num_new_positions)
 
   def extend(
     self, state: MarkovState, tokens: jax.Array, num_valid: jax.Array
