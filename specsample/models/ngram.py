@@ -70,10 +70,8 @@ class NGramDraft:
   def for_target(cls, target, *, max_ngram: int = 3, min_ngram: int = 1) -> NGramDraft:
     return cls(target.vocab_size, target.eos_id, target.pad_id, max_ngram, min_ngram)
 
-  def init_state(
-    self, prompts: jax.Array, prompt_lengths: jax.Array, num_new_positions: int
-  ) -> tuple[NGramState, jax.Array]:
-    return NGramState.of_prompts(prompts, prompt_lengths, num_new_positions)
+  # The contract's init_state: the prompts' token history and their last tokens, pending.
+  init_state = staticmethod(NGramState.of_prompts)
 
   def extend(
     self, state: NGramState, tokens: jax.Array, num_valid: jax.Array
