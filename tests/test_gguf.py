@@ -28,26 +28,19 @@ def inverse_by_index(stored: np.ndarray, heads: int) -> np.ndarray:
   return source
 
 
-# llama.cpp's tensor names -> transformers', spelled out again here (not imported from
-# architectures/llama.py): the test writes files by this table, so a wrong entry there
-# fails here instead of agreeing with itself.
+# llama.cpp's tensor names -> transformers', spelled out again here by their naming rules
+# (not imported from architectures/llama.py): the test writes files by this table, so a
+# wrong entry there fails here instead of agreeing with itself.
 HF_NAMES = {
   "token_embd.weight": "model.embed_tokens.weight",
   "output_norm.weight": "model.norm.weight",
   "attn_norm.weight": "input_layernorm.weight",
-  "attn_q.weight": "self_attn.q_proj.weight",
-  "attn_k.weight": "self_attn.k_proj.weight",
-  "attn_v.weight": "self_attn.v_proj.weight",
   "attn_output.weight": "self_attn.o_proj.weight",
-  "attn_q.bias": "self_attn.q_proj.bias",
-  "attn_k.bias": "self_attn.k_proj.bias",
-  "attn_v.bias": "self_attn.v_proj.bias",
-  "attn_q_norm.weight": "self_attn.q_norm.weight",
-  "attn_k_norm.weight": "self_attn.k_norm.weight",
   "ffn_norm.weight": "post_attention_layernorm.weight",
-  "ffn_gate.weight": "mlp.gate_proj.weight",
-  "ffn_up.weight": "mlp.up_proj.weight",
-  "ffn_down.weight": "mlp.down_proj.weight",
+  # attn_q.weight -> self_attn.q_proj.weight, attn_q.bias -> self_attn.q_proj.bias, ...
+  **{f"attn_{x}.{p}": f"self_attn.{x}_proj.{p}" for x in "qkv" for p in ("weight", "bias")},
+  **{f"attn_{x}_norm.weight": f"self_attn.{x}_norm.weight" for x in "qk"},
+  **{f"ffn_{x}.weight": f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")},
 }
 
 
