@@ -19,14 +19,11 @@ from gguf import GGMLQuantizationType as Q
 from tiny_gguf import (
   FORMATS,
   GREEDY,
-  K_QUANT_SCALES,
-  LARGE,
-  SMALL,
-  extend_logits,
+  logits_beside,
   quantized,
   requires_kernel,
   speculative_and_plain,
-  write_tiny,
+  write_tiny_blocks,
 )
 
 from specsample import generate, speculative_generate
@@ -128,8 +125,7 @@ def test_bad_blocks_are_refused():
 @pytest.mark.parametrize("qtype", list(FORMATS.values()), ids=lambda q: q.name)
 def test_a_gguf_model_keeps_its_blocks(tmp_path, qtype):
   path = tmp_path / "tiny.gguf"
-  shape = LARGE if qtype.name in K_QUANT_SCALES else SMALL  # K-quants: rows of 256 weights
-  write_tiny(path, qtype, s=shape)
+  shape = write_tiny_blocks(path, qtype)
   _, tensors = read_gguf(path, blocks=True)
   kept = {name for name, t in tensors.items() if isinstance(t, blocks.BlockMatrix)}
   assert len(kept) == 1 + 2 * 7  # the embedding and every projection; norms stay float32
@@ -140,8 +136,7 @@ def test_a_gguf_model_keeps_its_blocks(tmp_path, qtype):
   assert weight_bytes(compact) < 0.3 * weight_bytes(float32)
   # Q/K rows un-permuted as whole rows of blocks: the logits are the float32 model's (whose
   # weights are the same dequantized numbers), to float32 rounding of other sum orders.
-  tokens = jnp.asarray(np.random.default_rng(4).integers(3, shape["vocab"], (2, 5)), jnp.int32)
-  ours, reference = extend_logits(compact, tokens), extend_logits(float32, tokens)
+  ours, reference = logits_beside(compact, float32, shape["vocab"])
   np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
   assert np.array_equal(ours.argmax(-1), reference.argmax(-1))
   with pytest.raises(ValueError, match="gguf_blocks needs dtype 'float32'"):
@@ -151,8 +146,7 @@ def test_a_gguf_model_keeps_its_blocks(tmp_path, qtype):
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
 def test_speculative_greedy_equals_plain_greedy_with_blocks(tmp_path, qtype):
   path = tmp_path / "tiny.gguf"
-  shape = LARGE if qtype.name in K_QUANT_SCALES else SMALL
-  write_tiny(path, qtype, s=shape, seed=5)
+  shape = write_tiny_blocks(path, qtype, seed=5)
   target = load_model(path, gguf_blocks=True)
   assert target.params["blocks_0"]["up"]["kernel"].format == qtype.name.lower()
   speculative_and_plain(target, shape["vocab"], gammas=(1, 4))

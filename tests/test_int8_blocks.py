@@ -17,16 +17,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
-from tiny_gguf import (  # names test_block_weights.py imports too (no logic)
+from tiny_gguf import (
   FORMATS,
-  K_QUANT_SCALES,
   LARGE,
   SMALL,
-  extend_logits,
+  logits_beside,
   quantized,
   requires_kernel,
   speculative_and_plain,
   write_tiny,
+  write_tiny_blocks,
 )
 
 from specsample.checkpoints import load_model
@@ -220,16 +220,14 @@ def test_bad_matrices_are_refused():
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.Q5_0, Q.Q4_K], ids=lambda q: q.name)
 def test_a_gguf_model_with_8_bit_activations(tmp_path, qtype):
   path = tmp_path / "tiny.gguf"
-  shape = LARGE if qtype.name in K_QUANT_SCALES else SMALL
-  write_tiny(path, qtype, s=shape, seed=5)
+  shape = write_tiny_blocks(path, qtype, seed=5)
   float32 = load_model(path, gguf_blocks=True)
   int8 = load_model(path, gguf_blocks=True, activations="int8")
   kernel = int8.params["blocks_1"]["down"]["kernel"]
   assert isinstance(kernel, int8_blocks.Int8BlockMatrix) and kernel.format == qtype.name.lower()
   assert activations(int8) == "int8" and activations(float32) == "float32"
   assert block_formats(int8) == block_formats(float32)
-  tokens = jnp.asarray(np.random.default_rng(4).integers(3, shape["vocab"], (2, 5)), jnp.int32)
-  ours, reference = extend_logits(int8, tokens), extend_logits(float32, tokens)
+  ours, reference = logits_beside(int8, float32, shape["vocab"])
   # Another arithmetic, near the float32 one (a random model amplifies the activations'
   # rounding: Q4_1's minimum terms, multiplied by rounded sums of x, cancel the rest).
   assert not np.array_equal(ours, reference)
@@ -254,8 +252,7 @@ def test_8_bit_activations_over_a_bfloat16_cache(tmp_path):
   model = load_model(path, gguf_blocks=True, activations="int8")  # the default: bfloat16
   float32_cache = load_model(path, gguf_blocks=True, activations="int8", cache_dtype="float32")
   assert model.config.cache_dtype == "bfloat16" and float32_cache.config.cache_dtype == "float32"
-  tokens = jnp.asarray(np.random.default_rng(4).integers(3, LARGE["vocab"], (2, 5)), jnp.int32)
-  ours, reference = extend_logits(model, tokens), extend_logits(float32_cache, tokens)
+  ours, reference = logits_beside(model, float32_cache, LARGE["vocab"])
   assert not np.array_equal(ours, reference)
   assert np.linalg.norm(ours - reference) < 0.05 * np.linalg.norm(reference)
   speculative_and_plain(model, LARGE["vocab"])

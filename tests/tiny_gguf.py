@@ -172,6 +172,21 @@ def quantized(rng, n: int, d: int, format: str) -> tuple[blocks.BlockMatrix, np.
   return blocks.from_numpy(raw, format), values
 
 
+def write_tiny_blocks(path, qtype, *, seed=0) -> dict:
+  """write_tiny in `qtype` at the tiny shape its blocks fit (LARGE for the K-quants, whose
+  rows hold 256 weights; SMALL for the others). -> that shape."""
+  shape = LARGE if qtype.name in K_QUANT_SCALES else SMALL
+  write_tiny(path, qtype, s=shape, seed=seed)
+  return shape
+
+
+def logits_beside(model, reference, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+  """extend_logits of `model` and of `reference` on the same random tokens [2, 5] of a
+  `vocab`-token vocabulary."""
+  tokens = jnp.asarray(np.random.default_rng(4).integers(3, vocab, (2, 5)), jnp.int32)
+  return extend_logits(model, tokens), extend_logits(reference, tokens)
+
+
 def extend_logits(model, tokens) -> np.ndarray:
   """The logits of `tokens` [batch, n] extended after a prompt of six 1s (one jit call)."""
   prompts = jnp.ones((tokens.shape[0], 6), jnp.int32)
