@@ -108,10 +108,8 @@ def stage_generate(options: FeatureDraftOptions, target, tokenizer) -> None:
   os.makedirs(directory, exist_ok=True)
   done = {os.path.basename(p)[: -len(".npz")] for p in glob.glob(os.path.join(directory, "*.npz"))}
   todo = batches_to_generate(
-    prompts, tokenizer, options.generate_batch, options.seed,
-    batch_id=lambda temperature, start: f"t{temperature:g}-{start:05d}",
-    done=done, minutes=options.generate_minutes,
-  )  # fmt: skip
+    options, prompts, tokenizer, lambda temperature, start: f"t{temperature:g}-{start:05d}", done
+  )
 
   def write(batch_id, temperature, rows, responses):
     path = os.path.join(directory, batch_id + ".npz")

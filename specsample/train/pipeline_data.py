@@ -147,18 +147,17 @@ def generation_batches(
 
 
 def batches_to_generate(
-  prompts: Sequence[chat_prompts.ChatPrompt],
-  tokenizer,
-  batch_size: int,
-  seed: int,
-  batch_id: Callable[[float, int], str],
-  done: Collection[str],
-  minutes: float,
-) -> list[GenerationBatch]:
-  """`generation_batches` less those whose ids are `done` (a resumed stage), logged with
-  the stage's budget of `minutes`."""
-  batches = generation_batches(prompts, tokenizer, batch_size, seed, batch_id=batch_id)
+  options, prompts: Sequence[chat_prompts.ChatPrompt], tokenizer,
+  batch_id: Callable[[float, int], str], done: Collection[str],
+) -> list[GenerationBatch]:  # fmt: skip
+  """A generate stage's `generation_batches` (of `options.generate_batch` prompts, seeded by
+  `options.seed`) less those whose ids are `done` (a resumed stage), logged with the
+  stage's budget of `options.generate_minutes`."""
+  batches = generation_batches(
+    prompts, tokenizer, options.generate_batch, options.seed, batch_id=batch_id
+  )
   todo = [batch for batch in batches if batch[0] not in done]
+  minutes = options.generate_minutes
   log(f"generate: {len(done)} batches done, {len(todo)} to go, {minutes} min budget")
   return todo
 

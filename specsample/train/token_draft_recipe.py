@@ -112,10 +112,8 @@ def stage_generate(options: TokenDraftOptions, target, tokenizer) -> None:
   path = os.path.join(options.work, "responses.jsonl")
   done = {r["batch"] for r in read_responses(path)}
   todo = batches_to_generate(
-    prompts, tokenizer, options.generate_batch, options.seed,
-    batch_id=lambda temperature, start: f"{temperature:g}/{start}",
-    done=done, minutes=options.generate_minutes,
-  )  # fmt: skip
+    options, prompts, tokenizer, lambda temperature, start: f"{temperature:g}/{start}", done
+  )
   with open(path, "a", encoding="utf-8") as out:
 
     def write(batch_id, temperature, rows, responses):
