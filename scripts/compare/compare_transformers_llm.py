@@ -72,7 +72,6 @@ def main() -> int:
   from specsample import SamplingConfig, generate, speculative_generate
   from specsample.bench import time_calls
   from specsample.bundled import (
-    load_smollm2_pair,
     smollm2_draft_available,
     smollm2_draft_dir,
     smollm2_target_path,
@@ -82,6 +81,7 @@ def main() -> int:
   from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
   from specsample.models.lookup_draft import LookupThenModel
   from specsample.models.ngram import NGramDraft
+  from specsample.pairs import load_pair
 
   path = smollm2_target_path()
   if path is None:
@@ -89,7 +89,10 @@ def main() -> int:
     return 2
   torch.set_num_threads(os.cpu_count() or 1)
   if args.draft == "bundled":
-    target, draft, tokenizer = load_smollm2_pair(draft="token")  # exported for transformers
+    pair = load_pair(  # the token draft, exported for transformers; float32 arithmetic
+      draft="bundled:token", weights="float32", activations="float32", prompt_lookup=False
+    )
+    target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
     feature = None
     if smollm2_draft_available("feature"):
       feature = load_feature_draft(smollm2_draft_dir("feature"), target)

@@ -80,6 +80,7 @@ def load_model(
   gguf_blocks: bool = False,
   activations: str = "float32",
   cache_dtype: str | None = None,
+  preset: str | None = None,
 ) -> T5 | DecoderOnly:
   """Any checkpoint specsample reads, as a model behind the decoding contract.
 
@@ -106,6 +107,8 @@ def load_model(
     gguf_blocks.
   cache_dtype: a decoder-only model's key/value caches, "float32" or "bfloat16" (half the
     bytes attention reads); None: bfloat16 under integer activations, else `dtype`.
+  preset: a T5 checkpoint's architecture by name ("t5-small", "t5.1.1-xxl", ...; `load_t5`'s
+    config): a T5X checkpoint's shapes leave some of it open. Refused for other models.
   Raises CheckpointError naming the file and what was expected.
   """
   from specsample.checkpoints import architectures
@@ -131,7 +134,10 @@ def load_model(
   if cache_dtype is None and activations != "float32":
     cache_dtype = "bfloat16"
   path = local_path(path_or_hub_id)
+  not_t5 = ValueError(f"{path}: preset {preset!r} names a T5 architecture; this is not a T5")
   if is_gguf(path):
+    if preset is not None:
+      raise not_t5
     hf, tensors = architectures.read_gguf(path, blocks=gguf_blocks)
     factors = tensors.pop("rope_freqs", None)
     factors = None if factors is None else tuple(float(f) for f in np.ravel(factors))
@@ -144,6 +150,8 @@ def load_model(
   if is_hf_directory(path):
     hf = read_hf_json(os.path.join(path, "config.json"))
     if architectures.is_decoder_only_config(hf):
+      if preset is not None:
+        raise not_t5
       hf = _with_generation_eos(hf, path)
       config = architectures.config_from_hf(hf, source=path, dtype=dtype)
       config = config.replace(cache_dtype=cache_dtype)
@@ -155,7 +163,7 @@ def load_model(
         )
       params = params_from_hf(tensors, config, source=path, shared_embedding=shared_embedding)
       return DecoderOnly(params=params, config=config)
-  return load_t5(path, dtype=dtype)
+  return load_t5(path, dtype=dtype, config=preset)
 
 
 def stored_weight_format(path_or_hub_id: str | os.PathLike) -> str:

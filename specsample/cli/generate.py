@@ -237,7 +237,7 @@ def run_generate(args) -> int:
 
     if request.trace and jax.process_count() > 1:
       raise UsageError("--trace is for single-process runs")
-    target, draft, prompts, lengths = shard(target, draft, prompts, args.mesh, args.shard_draft)
+    target, draft, prompts, lengths = shard(pair, prompts, args.mesh, args.shard_draft)
   # On a mesh, c and r are timed on the sharded prompts each time (not kept).
   gamma = tuned_gamma(
     target, draft, prompts, request, default=pair.gamma, prompt_lengths=lengths,
@@ -251,21 +251,16 @@ def run_generate(args) -> int:
   return 0
 
 
-def shard(target, draft, prompts, mesh_text: str, shard_draft: bool):
-  """Places both models and the prompts on the --mesh `mesh_text` (batch padded to the data
-  axis; the draft split over the model axis too with `shard_draft`)."""
+def shard(pair, prompts, mesh_text: str, shard_draft: bool):
+  """Places both models of `pair` and the prompts on the --mesh `mesh_text` (batch padded
+  to the data axis; the draft split over the model axis too with `shard_draft`)."""
   import jax
 
   from specsample.scaling.plan import parse_mesh
-  from specsample.scaling.shard import (
-    global_prompts,
-    make_mesh,
-    shard_model,
-    unsplit_parameter_fraction,
-  )
+  from specsample.scaling.shard import global_prompts, make_mesh, unsplit_parameter_fraction
 
   mesh_shape = parse_mesh(mesh_text, jax.device_count())
-  unsplit = unsplit_parameter_fraction(target, mesh_shape)
+  unsplit = unsplit_parameter_fraction(pair.target, mesh_shape)
   if unsplit > 0:
     print(
       f"warning: model={mesh_shape['model']} does not divide the target's heads / MLP / "
@@ -274,14 +269,8 @@ def shard(target, draft, prompts, mesh_text: str, shard_draft: bool):
       file=sys.stderr,
     )
   mesh = make_mesh(mesh_shape)
-  target = shard_model(target, mesh)
-  from specsample.models.lookup_draft import LookupThenModel
-
-  if isinstance(draft, LookupThenModel):  # place the draft model behind the lookup
-    model = shard_model(draft.model, mesh, model_parallel=shard_draft)
-    draft = draft.replace(model=model)
-  elif hasattr(draft, "params"):  # an n-gram draft has no parameters to place
-    draft = shard_model(draft, mesh, model_parallel=shard_draft)
+  pair = pair.placed(mesh, shard_draft=shard_draft)
+  target, draft = pair.target, pair.draft
   padded, lengths, real = global_prompts(prompts, mesh, pad_id=target.pad_id)
   if real != padded.shape[0]:
     print(f"batch padded from {real} to {padded.shape[0]} rows for the mesh", file=sys.stderr)

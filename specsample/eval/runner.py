@@ -70,23 +70,27 @@ def open_store(pipeline: Pipeline) -> ResultStore:
 
 
 def load_models(pipeline: Pipeline):
-  """(target, draft) as T5 models, on the pipeline's mesh when it has one. Raises
-  ConfigError for a checkpoint that cannot be read."""
-  from specsample.checkpoints import CheckpointError, load_t5
+  """(target, draft) as T5 models (`specsample.load_pair`, without a tokenizer: the task
+  brings its vocabulary), on the pipeline's mesh when it has one. Raises ConfigError for a
+  checkpoint that cannot be read."""
+  from specsample.checkpoints import CheckpointError
+  from specsample.pairs import PairSpec
 
-  models = []
-  for plan in (pipeline.target, pipeline.draft):
-    try:
-      models.append(load_t5(plan.path, dtype=pipeline.dtype, config=plan.preset or None))
-    except (CheckpointError, OSError) as error:
-      raise ConfigError(f"{plan.role} checkpoint: {error}") from error
-  target, draft = models
+  spec = PairSpec(
+    target=pipeline.target.path, draft=pipeline.draft.path,
+    target_preset=pipeline.target.preset or None, draft_preset=pipeline.draft.preset or None,
+    dtype=pipeline.dtype, weights="float32", activations="float32", prompt_lookup=False,
+    sharded=bool(pipeline.mesh), with_tokenizer=False,
+  )  # fmt: skip
+  try:
+    pair = spec.load()
+  except (CheckpointError, OSError) as error:
+    raise ConfigError(f"checkpoint: {error}") from error
   if pipeline.mesh:
-    from specsample.scaling.shard import make_mesh, shard_model
+    from specsample.scaling.shard import make_mesh
 
-    mesh = make_mesh(pipeline.mesh)
-    target, draft = shard_model(target, mesh), shard_model(draft, mesh, model_parallel=False)
-  return target, draft
+    pair = pair.placed(make_mesh(pipeline.mesh))
+  return pair.target, pair.draft
 
 
 def _place(prompts: Sequence[Sequence[int]], width: int, target) -> tuple:

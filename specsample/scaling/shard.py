@@ -75,8 +75,19 @@ def shard_model(model, mesh: Mesh, *, model_parallel: bool = True, rules: Rules 
   """The model with its parameters placed on `mesh` and its state partitioned.
 
   model_parallel=False replicates the parameters over the "model" axis (a small draft),
-  while its caches still follow the batch over "data".
+  while its caches still follow the batch over "data". A model without partitioning of its
+  own state (a feature draft) has its parameters replicated on every device, and its state
+  placed as XLA propagates it from the batch.
   """
+  if "partitioning" not in {field.name for field in dataclasses.fields(model)}:
+    if model_parallel:
+      raise ValueError(
+        f"{type(model).__name__} cannot be split over the model axis: its parameters are "
+        "replicated (drop --shard-draft)"
+      )
+    return dataclasses.replace(
+      model, params=jax.device_put(model.params, NamedSharding(mesh, PartitionSpec()))
+    )
   if model_parallel:
     partitioning = Partitioning(mesh, rules)
   else:
