@@ -31,15 +31,30 @@ def rows(batches, max_new_tokens: int):
     yield "llama3-8b", "llama3-1b", DecodeShape(batch, 512, max_new_tokens, 4, "bfloat16")
 
 
-def main(argv=None) -> int:
-  # --out and Ctrl-C as in measure_greedy_exactness.py, compare_draft_shapes.py: each runs alone.
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-  parser.add_argument("--max-new-tokens", type=int, default=128)
+def parse_args_with_out(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+  """`parser`'s arguments and --out, the JSON file the records go to (also when the run is
+  interrupted); an --out that exists is refused. measure_greedy_exactness.py reads its
+  flags with it too."""
   parser.add_argument("--out", type=pathlib.Path)
   args = parser.parse_args(argv)
   if args.out is not None and args.out.exists():
     parser.error(f"{args.out} exists; remove it first")
+  return args
+
+
+def write_out(path: pathlib.Path | None, value) -> None:
+  """`value` as JSON into --out `path` (its directory made), said on stderr; None: nowhere."""
+  if path is not None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2) + "\n")
+    print(f"written: {path}", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+  parser.add_argument("--max-new-tokens", type=int, default=128)
+  args = parse_args_with_out(parser, argv)
   records = []
   header = (
     f"{'target':<10} {'draft':<10} {'batch':>5} {'gamma':>5} {'lower s':>8} {'compile s':>9} "
@@ -61,10 +76,8 @@ def main(argv=None) -> int:
     print("interrupted", file=sys.stderr)
     return 130
   finally:
-    if args.out is not None and records:
-      args.out.parent.mkdir(parents=True, exist_ok=True)
-      args.out.write_text(json.dumps(records, indent=2) + "\n")
-      print(f"written: {args.out}", file=sys.stderr)
+    if records:
+      write_out(args.out, records)
   return 0
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import sys
+
+from compile_paper_programs import parse_args_with_out, write_out  # scripts/check, beside this
 
 from specsample import SamplingConfig, generate, speculative_generate
 from specsample.bench.pair import pad_to_width
@@ -121,10 +122,7 @@ def main(argv=None) -> int:
   parser.add_argument("--max-new-tokens", type=int, default=48)
   parser.add_argument("--gamma", type=int, default=4)
   parser.add_argument("--batch", type=int, default=8)
-  parser.add_argument("--out", type=pathlib.Path)
-  args = parser.parse_args(argv)
-  if args.out is not None and args.out.exists():
-    parser.error(f"{args.out} exists; remove it first")
+  args = parse_args_with_out(parser, argv)
   records = []
   try:
     for pair in args.pairs:
@@ -134,11 +132,9 @@ def main(argv=None) -> int:
     print("interrupted", file=sys.stderr)
     return 130
   finally:
-    if args.out is not None and records:
-      args.out.parent.mkdir(parents=True, exist_ok=True)
+    if records:
       settings = {"max_new_tokens": args.max_new_tokens, "batch": args.batch}
-      args.out.write_text(json.dumps({"settings": settings, "runs": records}, indent=2) + "\n")
-      print(f"written: {args.out}", file=sys.stderr)
+      write_out(args.out, {"settings": settings, "runs": records})
   return 0
 
 
