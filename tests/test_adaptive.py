@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from tiny_models import greedy_case
 from toy_pairs import (  # names test_tree.py imports too (no logic)
+  SamplingCase,
   assert_every_prompt_fits,
   assert_no_prompt_fits,
   batched_prompts,
   make_pair,
   speculative_greedy_equals_plain,
-  speculative_samples,
 )
 
 from specsample import AdaptiveDraft, SamplingConfig, speculative_generate
@@ -25,38 +25,30 @@ from specsample.decoding.drafters import adaptive as adaptive_drafter
 ROWS_PER_PROMPT = 6000
 
 CASES = [
-  # rule, temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id, adaptive
-  ("token", 1.0, 0, 1.0, 3, 3, 1, None, AdaptiveDraft(threshold=0.4)),
-  ("token", 0.5, 0, 1.0, 4, 3, 1, None, AdaptiveDraft(threshold=0.6, target_acceptance=None)),
-  ("token", 1.0, 3, 0.9, 5, 4, 2, 1, AdaptiveDraft(threshold=0.3, step=0.2)),
-  ("block", 1.0, 0, 1.0, 3, 3, 1, None, AdaptiveDraft(threshold=0.4)),
-  ("block", 1.5, 4, 1.0, 4, 4, 1, None, AdaptiveDraft(threshold=0.3, target_acceptance=None)),
-  ("block", 1.0, 0, 0.8, 5, 4, 2, 1, AdaptiveDraft(threshold=0.5, step=0.2)),
-]
+  # rule, (temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id), adaptive
+  ("token", SamplingCase(1.0, 0, 1.0, 3, 3, 1, None), AdaptiveDraft(threshold=0.4)),
+  ("token", SamplingCase(0.5, 0, 1.0, 4, 3, 1, None),
+   AdaptiveDraft(threshold=0.6, target_acceptance=None)),
+  ("token", SamplingCase(1.0, 3, 0.9, 5, 4, 2, 1), AdaptiveDraft(threshold=0.3, step=0.2)),
+  ("block", SamplingCase(1.0, 0, 1.0, 3, 3, 1, None), AdaptiveDraft(threshold=0.4)),
+  ("block", SamplingCase(1.5, 4, 1.0, 4, 4, 1, None),
+   AdaptiveDraft(threshold=0.3, target_acceptance=None)),
+  ("block", SamplingCase(1.0, 0, 0.8, 5, 4, 2, 1), AdaptiveDraft(threshold=0.5, step=0.2)),
+]  # fmt: skip
 
 
-def _run(rule, temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id, adaptive):
-  return speculative_samples(
-    gamma + 10 * order, ROWS_PER_PROMPT, order=order, eos_id=eos_id, temperature=temperature,
-    top_k=top_k, top_p=top_p, gamma=gamma, max_new_tokens=max_new_tokens, seed=99,
-    verification=rule, adaptive=adaptive,
-  )  # fmt: skip
+def _run(rule: str, case: SamplingCase, adaptive: AdaptiveDraft):
+  return case.samples(ROWS_PER_PROMPT, seed=99, verification=rule, adaptive=adaptive)
 
 
-# Alike in shape to test_dynamic_tree.py's lossless test on purpose: each names its own case fields.
 @pytest.mark.slow
-@pytest.mark.parametrize(
-  "rule,temperature,top_k,top_p,gamma,max_new_tokens,order,eos_id,adaptive", CASES
-)
-def test_adaptive_draft_length_is_lossless(
-  rule, temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id, adaptive
-):
-  target, sampling, out = _run(
-    rule, temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id, adaptive
-  )
-  assert_every_prompt_fits(target, out, max_new_tokens, sampling)
+@pytest.mark.parametrize("rule,case,adaptive", CASES)
+def test_adaptive_draft_length_is_lossless(rule, case, adaptive):
+  target, sampling, out = _run(rule, case, adaptive)
+  assert_every_prompt_fits(target, out, case.max_new_tokens, sampling)
   # Informative: rows stopped early in some iterations and drafted in full in others.
   drafted, iterations = np.asarray(out.stats.drafted), np.asarray(out.stats.iterations)
+  gamma = case.gamma
   assert iterations.sum() < drafted.sum() < gamma * iterations.sum(), (drafted.sum(), gamma)
   assert 0.2 < out.stats.alpha < 0.98
 
@@ -74,7 +66,9 @@ def test_a_stopping_rule_that_looks_at_the_proposed_token_fails_the_same_test(mo
   monkeypatch.setattr(adaptive_drafter, "drafted_length", _drop_the_unconfident_token)
   try:
     target, sampling, out = _run(
-      "token", 1.0, 0, 1.0, 3, 3, 1, None, AdaptiveDraft(threshold=0.5, target_acceptance=None)
+      "token",
+      SamplingCase(1.0, 0, 1.0, 3, 3, 1, None),
+      AdaptiveDraft(threshold=0.5, target_acceptance=None),
     )
   finally:
     clear_compiled_programs(speculative_only=True)

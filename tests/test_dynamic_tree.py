@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from tiny_models import DECODER_CONFIG, greedy_case, models_with_prompts
 from toy_pairs import (
+  SamplingCase,
   assert_every_prompt_fits,
   assert_no_prompt_fits,
   assert_speculative_samples_fit,
   batched_prompts,
   make_pair,
   speculative_greedy_equals_plain,
-  speculative_samples,
 )
 
 from specsample import DynamicTree, SamplingConfig, generate, speculative_generate
@@ -77,34 +77,25 @@ def test_greedy_verdict_takes_the_deepest_matching_path():
 
 
 CASES = [
-  # temperature, top_k, top_p, gamma, nodes, branching, max_new_tokens, order, eos_id
-  (1.0, 0, 1.0, 2, 5, 3, 3, 1, None),
-  (0.5, 0, 1.0, 3, 6, 2, 3, 1, None),
-  (1.5, 3, 1.0, 3, 8, 4, 4, 1, None),
-  (1.0, 0, 0.8, 2, 4, 2, 4, 2, 1),
-  (1.0, 4, 0.9, 1, 3, 3, 3, 2, 1),
+  # (temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id), nodes, branching
+  (SamplingCase(1.0, 0, 1.0, 2, 3, 1, None), 5, 3),
+  (SamplingCase(0.5, 0, 1.0, 3, 3, 1, None), 6, 2),
+  (SamplingCase(1.5, 3, 1.0, 3, 4, 1, None), 8, 4),
+  (SamplingCase(1.0, 0, 0.8, 2, 4, 2, 1), 4, 2),
+  (SamplingCase(1.0, 4, 0.9, 1, 3, 2, 1), 3, 3),
 ]
 
 
-def _run(temperature, top_k, top_p, gamma, nodes, branching, max_new_tokens, order, eos_id):
-  return speculative_samples(
-    gamma + 10 * order + nodes, ROWS_PER_PROMPT, order=order, eos_id=eos_id,
-    temperature=temperature, top_k=top_k, top_p=top_p, gamma=gamma,
-    max_new_tokens=max_new_tokens, seed=11, tree=DynamicTree(nodes=nodes, branching=branching),
-  )  # fmt: skip
+def _run(case: SamplingCase, nodes: int, branching: int):
+  return case.samples(ROWS_PER_PROMPT, seed=11, pair_seed_offset=nodes,
+                      tree=DynamicTree(nodes=nodes, branching=branching))  # fmt: skip
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-  "temperature,top_k,top_p,gamma,nodes,branching,max_new_tokens,order,eos_id", CASES
-)
-def test_dynamic_tree_decoding_is_lossless(
-  temperature, top_k, top_p, gamma, nodes, branching, max_new_tokens, order, eos_id
-):
-  target, sampling, out = _run(
-    temperature, top_k, top_p, gamma, nodes, branching, max_new_tokens, order, eos_id
-  )
-  assert_every_prompt_fits(target, out, max_new_tokens, sampling)
+@pytest.mark.parametrize("case,nodes,branching", CASES)
+def test_dynamic_tree_decoding_is_lossless(case, nodes, branching):
+  target, sampling, out = _run(case, nodes, branching)
+  assert_every_prompt_fits(target, out, case.max_new_tokens, sampling)
   histogram = np.asarray(out.stats.accepted_histogram)
   assert histogram[0] > 0 and histogram[-1] > 0, histogram  # whole paths were accepted too
 
@@ -145,7 +136,7 @@ def test_a_wrong_tree_rule_fails_the_same_test(monkeypatch):
     target, sampling, out = _run(*CASES[0])
   finally:
     clear_compiled_programs(speculative_only=True)
-  assert_no_prompt_fits(target, out, CASES[0][6], sampling)
+  assert_no_prompt_fits(target, out, CASES[0][0].max_new_tokens, sampling)
 
 
 def test_more_nodes_accept_more_per_target_call():

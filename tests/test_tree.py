@@ -15,12 +15,12 @@ from tiny_models import (
   models_with_prompts,
 )
 from toy_pairs import (
+  SamplingCase,
   assert_every_prompt_fits,
   assert_no_prompt_fits,
   batched_prompts,
   make_pair,
   speculative_greedy_equals_plain,
-  speculative_samples,
 )
 
 from specsample import DraftTree, speculative_generate
@@ -76,34 +76,24 @@ def test_draft_side_tree_calls_continue_chains_written_earlier():
 
 
 CASES = [
-  # temperature, top_k, top_p, gamma, num_chains, max_new_tokens, order, eos_id
-  (1.0, 0, 1.0, 2, 2, 3, 1, None),
-  (0.5, 0, 1.0, 3, 3, 3, 1, None),
-  (1.5, 3, 1.0, 2, 4, 4, 1, None),
-  (1.0, 0, 0.8, 3, 2, 4, 2, 1),
-  (1.0, 4, 0.9, 1, 3, 3, 2, 1),
+  # (temperature, top_k, top_p, gamma, max_new_tokens, order, eos_id), num_chains
+  (SamplingCase(1.0, 0, 1.0, 2, 3, 1, None), 2),
+  (SamplingCase(0.5, 0, 1.0, 3, 3, 1, None), 3),
+  (SamplingCase(1.5, 3, 1.0, 2, 4, 1, None), 4),
+  (SamplingCase(1.0, 0, 0.8, 3, 4, 2, 1), 2),
+  (SamplingCase(1.0, 4, 0.9, 1, 3, 2, 1), 3),
 ]
 
 
-def _run(temperature, top_k, top_p, gamma, num_chains, max_new_tokens, order, eos_id):
-  return speculative_samples(
-    gamma + 10 * order, ROWS_PER_PROMPT, order=order, eos_id=eos_id, temperature=temperature,
-    top_k=top_k, top_p=top_p, gamma=gamma, max_new_tokens=max_new_tokens, seed=7,
-    tree=DraftTree(num_chains),
-  )  # fmt: skip
+def _run(case: SamplingCase, num_chains: int):
+  return case.samples(ROWS_PER_PROMPT, seed=7, tree=DraftTree(num_chains))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-  "temperature,top_k,top_p,gamma,num_chains,max_new_tokens,order,eos_id", CASES
-)
-def test_tree_decoding_is_lossless(
-  temperature, top_k, top_p, gamma, num_chains, max_new_tokens, order, eos_id
-):
-  target, sampling, out = _run(
-    temperature, top_k, top_p, gamma, num_chains, max_new_tokens, order, eos_id
-  )
-  assert_every_prompt_fits(target, out, max_new_tokens, sampling)
+@pytest.mark.parametrize("case,num_chains", CASES)
+def test_tree_decoding_is_lossless(case, num_chains):
+  target, sampling, out = _run(case, num_chains)
+  assert_every_prompt_fits(target, out, case.max_new_tokens, sampling)
   histogram = np.asarray(out.stats.accepted_histogram)
   assert histogram[0] > 0 and histogram[1:].sum() > 0, histogram
 
@@ -131,7 +121,7 @@ def test_a_wrong_multi_draft_rule_fails_the_same_test(monkeypatch):
   clear_compiled_programs(speculative_only=True)
   monkeypatch.setattr(tree_drafter, "verify_tree_sampling", _without_residual_updates)
   try:
-    target, sampling, out = _run(1.0, 0, 1.0, 1, 3, 3, 1, None)
+    target, sampling, out = _run(SamplingCase(1.0, 0, 1.0, 1, 3, 1, None), 3)
   finally:
     clear_compiled_programs(speculative_only=True)
   assert_no_prompt_fits(target, out, 3, sampling)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -98,6 +99,29 @@ def speculative_samples(
   prompts = batched_prompts(rows_per_prompt)
   out = speculative_generate(target, draft, prompts, sampling=sampling, **options)
   return target, sampling, out
+
+
+class SamplingCase(NamedTuple):
+  """A sequence-level test's case: the sampling (temperature, top_k, top_p), gamma and
+  max_new_tokens, and the order and EOS of the toy pair the samples come from."""
+
+  temperature: float
+  top_k: int
+  top_p: float
+  gamma: int
+  max_new_tokens: int
+  order: int
+  eos_id: int | None
+
+  def samples(self, rows_per_prompt: int, *, seed: int, pair_seed_offset: int = 0, **options):
+    """`speculative_samples` of this case, the pair seeded gamma + 10 * order +
+    pair_seed_offset; `options` (verification, adaptive, tree, ...) go to
+    speculative_generate. -> (target, sampling, out)"""
+    return speculative_samples(
+      self.gamma + 10 * self.order + pair_seed_offset, rows_per_prompt, order=self.order,
+      eos_id=self.eos_id, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+      gamma=self.gamma, max_new_tokens=self.max_new_tokens, seed=seed, **options,
+    )  # fmt: skip
 
 
 def speculative_greedy_equals_plain(target, draft, prompts, gammas, max_new_tokens: int, **options):
