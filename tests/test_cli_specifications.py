@@ -61,11 +61,10 @@ def must_not_run(*args, **kwargs):
 @pytest.fixture
 def nothing_loads(monkeypatch):
   """Loading any model (pair loaders of generate, translate and bench) fails the test."""
-  import specsample.bundled
   import specsample.pairs
 
   monkeypatch.setattr(specsample.pairs, "load_pair", must_not_run)
-  monkeypatch.setattr(specsample.bundled, "load_t5_pair", must_not_run)
+  monkeypatch.setattr(specsample.pairs, "load_bundled_t5_pair", must_not_run)
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def test_presets_reach_the_t5_reader():
   [
     ({"target": T5X, "draft": "ngram", "draft_preset": "t5-small"}, "this is no T5"),
     ({"target": "bundled:ende", "target_preset": "t5-small"}, "give no preset"),
-    ({"target_preset": "t5-small"}, "no T5: give no preset"),
+    ({"target_preset": "t5-small"}, "names a T5 architecture; this is not a T5"),
   ],
 )
 def test_presets_are_refused_where_no_t5_is_read(arguments, message):

@@ -47,7 +47,8 @@ def load(pair: str, dtype: str, num_prompts: int):
       texts = [json.loads(line)["code"] for line in lines][:num_prompts]
     prompts = [loaded.tokenizer.encode(loaded.prefix + text) for text in texts]
     return loaded.target, loaded.draft, prompts
-  target, draft, tokenizer = bundled.load_smollm2_pair(dtype=dtype)
+  loaded = load_pair(dtype=dtype, weights="float32", activations="float32", prompt_lookup=False)
+  target, draft, tokenizer = loaded.target, loaded.draft, loaded.tokenizer
   records = [json.loads(line) for line in (bundled.SMOLLM2_DIR / "prompts.jsonl").open()]
   return (
     target,

