@@ -77,9 +77,9 @@ def test_the_bench_sweeps_canonical_names_and_refuses_unknown_ones():
 
 
 def test_the_old_rules_flag_still_names_the_shapes():
-  from specsample.cli.main import _parser
+  from specsample.cli.main import build_parser
 
-  parser = _parser()
+  parser = build_parser()
   new = parser.parse_args(["bench", "--pair", "ende", "--shapes", "token", "dynamic:4"])
   old = parser.parse_args(["bench", "--pair", "ende", "--rules", "token", "tree2"])
   assert new.shapes == ["token", "dynamic:4"] and old.shapes == ["token", "tree2"]

@@ -102,7 +102,7 @@ class _Parser(argparse.ArgumentParser):
     self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
   parser = _Parser(prog="specsample", description=__doc__.split("\n\n")[0])
   commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str], outputs: Outputs) -> int:
   from specsample.decoding import NonFiniteLogitsError
 
-  args = _parser().parse_args(argv)
+  args = build_parser().parse_args(argv)
   prog = f"specsample {args.command}"
   try:
     check_arguments(args)
