@@ -360,6 +360,16 @@ def test_agreement_scores_sampled_responses_against_the_targets_greedy_tokens(ta
   # scored against target_next, not the response's own tokens
   never = [dataclasses.replace(s, target_next=np.full_like(s.target_next, -2)) for s in sampled]
   assert df.agreement(draft, never) == {"greedy": 0.0, "tokens": scored["tokens"]}
+  # a whole block agrees no more often than its first step; its first step is that step
+  chain = scored["chain_by_step"]
+  assert chain[0] == scored["by_step"][0] and chain[1] <= min(chain[0], scored["by_step"][1])
+
+
+def test_a_block_agrees_where_every_step_up_to_it_agrees_on_its_own_position():
+  agree = np.array([[1, 1, 0, 1], [1, 1, 1, 1], [0, 1, 1, 1]], bool)  # [step, position]
+  np.testing.assert_array_equal(
+    df.chain_agreement(agree), [[1, 1, 0, 1], [1, 1, 0, 0], [1, 1, 0, 0]]
+  )
 
 
 def test_a_run_resumed_from_its_checkpoint_equals_one_uninterrupted_run(target, draft, tmp_path):

@@ -294,11 +294,13 @@ def agreement(
 ):
   """{"greedy": share of the response positions where the draft's first proposal (after
   the target's features) is the target's greedy token, "tokens": how many, and with
-  steps > 1 "by_step": the same for drafting steps 1..steps of a block}. The target's
+  steps > 1 "by_step": the same for drafting steps 1..steps of a block, and "chain_by_step":
+  the share of the blocks begun at a response position whose steps 1..s all agree (step s
+  at s - 1 positions on; a block cut by the response's end fails there)}. The target's
   greedy token is a greedy response's next token, or the `target_next` read for a
   sequence (a sampled response's); sampled responses without it are left out."""
   scored = [s for s in sequences if s.temperature == 0.0 or s.target_next is not None]
-  hits, total = np.zeros(steps), 0
+  hits, chains, total = np.zeros(steps), np.zeros(steps), 0
   for start in range(0, len(scored), batch_size):
     chunk = scored[start : start + batch_size]
     width = -(-max(len(s.tokens) for s in chunk) // 128) * 128
@@ -310,11 +312,24 @@ def agreement(
     for row, s in enumerate(chunk):
       response = slice(s.prompt_length - 1, len(s.tokens) - 1)
       hits += agree[:, row, response].sum(axis=1)
+      chains += chain_agreement(agree[:, row, response]).sum(axis=1)
       total += len(s.tokens) - s.prompt_length
   result = {"greedy": float(hits[0]) / max(total, 1), "tokens": total}
   if steps > 1:
     result["by_step"] = [float(h) / max(total, 1) for h in hits]
+    result["chain_by_step"] = [float(h) / max(total, 1) for h in chains]
   return result
+
+
+def chain_agreement(agree: np.ndarray) -> np.ndarray:
+  """bool[steps, L] -> bool[steps, L]: at [s, i], whether the block begun at position i
+  agrees at every step up to s + 1, step t's verdict read at position i + t (past the end
+  of `agree`: disagreement)."""
+  steps, length = agree.shape
+  shifted = np.zeros_like(agree, dtype=bool)
+  for step in range(steps):
+    shifted[step, : length - step] = agree[step, step:]
+  return np.logical_and.accumulate(shifted, axis=0)
 
 
 def trainable_parameter_count(draft: FeatureDraft) -> int:
