@@ -40,9 +40,9 @@ ALLOWED = {
   "train": BELOW_TRAIN_AND_EVAL | {"bundled"},
   "bench": {"files", "core", "decoding", "kernels", "models"},
   "bundled": {"core", "kernels", "models", "checkpoints"},
-  "eval": BELOW_TRAIN_AND_EVAL | {"scaling", "bench"},
+  "eval": BELOW_TRAIN_AND_EVAL | {"scaling", "bench", "pairs"},
   "api": {"core", "decoding", "bench"},
-  "pairs": {"core", "kernels", "models", "checkpoints", "bundled"},
+  "pairs": {"core", "kernels", "models", "checkpoints", "bundled", "scaling"},
 }
 TOP = {"cli", "__init__", "__main__", "entry"}  # may import anything
 
