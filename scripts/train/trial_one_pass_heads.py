@@ -140,9 +140,11 @@ def head_agreement(params, sequences, embedding, rows, output_ids) -> dict:
   logits_of = jax.jit(head_logits)
   for s in sequences:
     j = block_starts(s)
-    logits = logits_of(params, jnp.asarray(s.features[j], jnp.float32),
-                       embedding[s.tokens[j + 1]], rows)  # fmt: skip
-    proposed = np.asarray(output_ids)[np.asarray(jnp.argmax(logits, axis=-1))]  # [steps, P]
+    padded = np.pad(j, (0, -len(j) % 128), mode="edge")  # few widths: few compilations
+    logits = logits_of(params, jnp.asarray(s.features[padded], jnp.float32),
+                       embedding[s.tokens[padded + 1]], rows)  # fmt: skip
+    chosen = np.asarray(jnp.argmax(logits, axis=-1))[:, : len(j)]
+    proposed = np.asarray(output_ids)[chosen]  # [steps, P]
     target = np.concatenate([s.target_next, np.full(STEPS_AHEAD, -2, np.int32)])
     ahead = j[None] + np.arange(1, STEPS_AHEAD + 1)[:, None]  # [steps, P]: j + s
     agree = proposed == target[ahead]

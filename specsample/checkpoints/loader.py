@@ -134,10 +134,9 @@ def load_model(
   if cache_dtype is None and activations != "float32":
     cache_dtype = "bfloat16"
   path = local_path(path_or_hub_id)
-  not_t5 = ValueError(f"{path}: preset {preset!r} names a T5 architecture; this is not a T5")
+  if preset is not None and (is_gguf(path) or _is_decoder_only_directory(path)):
+    raise ValueError(f"{path}: preset {preset!r} names a T5 architecture; this is not a T5")
   if is_gguf(path):
-    if preset is not None:
-      raise not_t5
     hf, tensors = architectures.read_gguf(path, blocks=gguf_blocks)
     factors = tensors.pop("rope_freqs", None)
     factors = None if factors is None else tuple(float(f) for f in np.ravel(factors))
@@ -150,8 +149,6 @@ def load_model(
   if is_hf_directory(path):
     hf = read_hf_json(os.path.join(path, "config.json"))
     if architectures.is_decoder_only_config(hf):
-      if preset is not None:
-        raise not_t5
       hf = _with_generation_eos(hf, path)
       config = architectures.config_from_hf(hf, source=path, dtype=dtype)
       config = config.replace(cache_dtype=cache_dtype)
@@ -164,6 +161,16 @@ def load_model(
       params = params_from_hf(tensors, config, source=path, shared_embedding=shared_embedding)
       return DecoderOnly(params=params, config=config)
   return load_t5(path, dtype=dtype, config=preset)
+
+
+def _is_decoder_only_directory(path: str) -> bool:
+  """Whether `path` is a Hugging Face directory of a decoder-only model (its config.json)."""
+  from specsample.checkpoints import architectures
+  from specsample.checkpoints.formats.safetensors import read_hf_json
+
+  if not is_hf_directory(path):
+    return False
+  return architectures.is_decoder_only_config(read_hf_json(os.path.join(path, "config.json")))
 
 
 def stored_weight_format(path_or_hub_id: str | os.PathLike) -> str:
