@@ -189,9 +189,13 @@ ROWS_PER_PROMPT = 6000
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rule,gamma,lookup", [("token", 3, False), ("block", 4, True)])
-def test_sequences_follow_the_exact_target_distribution(rule, gamma, lookup):
-  """A noisy feature draft (alone, or behind prompt lookup), batch > 1."""
+@pytest.mark.parametrize(
+  "rule,gamma,lookup,adaptive",
+  [("token", 3, False, False), ("block", 4, True, False), ("token", 4, False, True)],
+)
+def test_sequences_follow_the_exact_target_distribution(rule, gamma, lookup, adaptive):
+  """A noisy feature draft (alone, or behind prompt lookup; fixed or adaptive length),
+  batch > 1."""
   target = MarkovLM.random(7, 5, order=2, scale=2.0)
   noise = jax.random.normal(jax.random.key(9), target.logits_table.shape)
   draft = MarkovFeatureDraft(target.logits_table + 1.5 * noise)
@@ -199,20 +203,23 @@ def test_sequences_follow_the_exact_target_distribution(rule, gamma, lookup):
     draft = LookupThenModel.for_target(draft, target, trust_ngram=2)
   out = assert_speculative_samples_fit(
     target, draft, SamplingConfig(temperature=1.0), ROWS_PER_PROMPT, REPEATING_PROMPTS,
-    gamma=gamma, max_new_tokens=4, verification=rule, seed=17,
+    gamma=gamma, max_new_tokens=4, verification=rule, seed=17, adaptive=adaptive,
   )  # fmt: skip
   assert 0.2 < out.stats.alpha < 0.95
+  drafted, iterations = np.asarray(out.stats.drafted), np.asarray(out.stats.iterations)
+  assert (drafted.sum() < gamma * iterations.sum()) == adaptive  # rows stopped early
 
 
 def test_greedy_output_equals_the_targets_with_a_decoder_only_pair(target, draft):
-  """Random weights: EOS inside blocks, ragged prompts, alone and behind lookup."""
+  """Random weights: EOS inside blocks, ragged prompts, alone and behind lookup, chains of
+  fixed and adaptive length."""
   plain = generate(target, RAGGED, max_new_tokens=20, sampling=GREEDY)
   assert any(target.eos_id in row for row in plain.sequences())  # EOS ends some row
   for candidate in (draft, LookupThenModel.for_target(draft, target)):
-    for gamma in (1, 4):
+    for gamma, adaptive in ((1, False), (4, False), (4, True)):
       spec = speculative_generate(target, candidate, RAGGED, gamma=gamma, max_new_tokens=20,
-                                  sampling=GREEDY)  # fmt: skip
-      assert spec.sequences() == plain.sequences()
+                                  sampling=GREEDY, adaptive=adaptive)  # fmt: skip
+      assert spec.sequences() == plain.sequences(), (gamma, adaptive)
 
 
 def test_feature_pairs_are_checked(target, draft):
@@ -221,8 +228,6 @@ def test_feature_pairs_are_checked(target, draft):
   wide = MarkovFeatureDraft(jnp.zeros((96, 96, 96)))  # features of width 96, not 32
   with pytest.raises(ValueError, match="width"):
     speculative_generate(target, wide, [[2, 3]], max_new_tokens=4)
-  with pytest.raises(ValueError, match="adaptive"):
-    speculative_generate(target, draft, [[2, 3]], max_new_tokens=4, adaptive=True)
   with pytest.raises(ValueError, match="tree"):
     speculative_generate(target, draft, [[2, 3]], max_new_tokens=4, tree=2)
 

@@ -195,9 +195,9 @@ def make_key(seed) -> jax.Array:
   return jax.random.fold_in(key, high) if high else key
 
 
-def check_feature_pair(target, draft, *, adaptive, tree) -> None:
-  """A feature draft needs a target that gives features of its width; it drafts fixed
-  chains (adaptive lengths and trees keep the token-level draft's bookkeeping)."""
+def check_feature_pair(target, draft, *, tree) -> None:
+  """A feature draft needs a target that gives features of its width; it drafts chains,
+  of fixed or adaptive length (trees keep the token-level draft's bookkeeping)."""
   if not has_features(target):
     raise ValueError(
       f"the draft reads the target's features, but the target ({type(target).__name__}) "
@@ -216,8 +216,8 @@ def check_feature_pair(target, draft, *, adaptive, tree) -> None:
       f"the draft reads features of width {draft.feature_size}, the target's are "
       f"{target.feature_size} wide: was the draft trained for this target?{hint}"
     )
-  if adaptive is not None or tree is not None:
+  if tree is not None:
     raise ValueError(
-      "a feature draft drafts one fixed-length chain: adaptive draft length and tree "
-      "drafts are not supported with it"
+      "a feature draft drafts one chain (of fixed or adaptive length): tree drafts are "
+      "not supported with it"
     )

@@ -211,4 +211,4 @@ class SpeculativeSettings:
             "joins a tree grown from a draft model)"
           )
     if uses_target_features(draft):
-      check_feature_pair(target, draft, adaptive=self.adaptive, tree=tree)
+      check_feature_pair(target, draft, tree=tree)

@@ -15,11 +15,12 @@ from specsample.decoding.drafters.tree import DraftTree, TreeDrafter
 def make_drafter(draft, settings) -> Drafter:
   """The drafter of `settings.shape` (decoding.settings.SpeculativeSettings) for this
   draft model: a chain (a feature draft's, when the draft reads the target's features),
-  adaptive length, a tree of chains, or a dynamic tree. A new draft shape adds its case
-  here; the loop is the same."""
+  adaptive length (of either chain), a tree of chains, or a dynamic tree. A new draft
+  shape adds its case here; the loop is the same."""
   common = dict(draft=draft, gamma=settings.gamma, sampling=settings.sampling, rule=settings.rule)
   if settings.adaptive is not None:
-    return AdaptiveDrafter(**common, adaptive=settings.adaptive)
+    chain = FeatureDrafter(**common) if uses_target_features(draft) else ChainDrafter(**common)
+    return AdaptiveDrafter(chain=chain, adaptive=settings.adaptive)
   if settings.tree is not None:
     return TreeDrafter(**common, tree=settings.tree)
   if settings.dynamic_tree is not None:

@@ -181,7 +181,11 @@ class ChainDrafter:
 
   def score(self, target, target_state, last_token, proposal: Proposal, active) -> Scored:
     tokens = jnp.concatenate([last_token[:, None], proposal.tokens], axis=1)  # [batch, gamma + 1]
-    num_scored = jnp.where(active, self.gamma + 1, 0)
+    return self.target_call(target, target_state, tokens, jnp.where(active, self.gamma + 1, 0))
+
+  def target_call(self, target, target_state, tokens: jax.Array, num_scored: jax.Array) -> Scored:
+    """The target's call over tokens int32[batch, k], num_scored int32[batch] of them per
+    row -> logits [batch, k, vocab] and its state."""
     logits, target_state = target.extend(target_state, tokens, num_scored)
     return Scored(logits=logits, target_state=target_state)
 

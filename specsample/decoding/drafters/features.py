@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.decoding.drafters.base import Proposal, Scored, rewind_target
+from specsample.decoding.drafters.base import Scored, rewind_target
 from specsample.decoding.drafters.chain import (
   ChainDrafter,
   at_position,
@@ -88,9 +88,8 @@ class FeatureDrafter(ChainDrafter):
       self.draft, state.model_state, state.pending, owed, state.pending_features, greedy=greedy
     )
 
-  def score(self, target, target_state, last_token, proposal: Proposal, active) -> Scored:
-    tokens = jnp.concatenate([last_token[:, None], proposal.tokens], axis=1)  # [batch, gamma + 1]
-    num_scored = jnp.where(active, self.gamma + 1, 0)
+  def target_call(self, target, target_state, tokens: jax.Array, num_scored: jax.Array) -> Scored:
+    """The chain's target call, which also gives the target's features [batch, k, d]."""
     logits, features, target_state = target.extend_with_features(target_state, tokens, num_scored)
     return Scored(logits=logits, target_state=target_state, features=features)
 
