@@ -39,7 +39,7 @@ ALLOWED = {
   "data": {"files"},
   "train": BELOW_TRAIN_AND_EVAL | {"bundled"},
   "bench": {"files", "core", "decoding", "kernels", "models"},
-  "bundled": {"core", "kernels", "models", "checkpoints"},
+  "bundled": {"files", "core", "kernels", "models", "checkpoints"},
   "eval": BELOW_TRAIN_AND_EVAL | {"scaling", "bench", "pairs"},
   "api": {"core", "decoding", "bench"},
   "pairs": {"core", "kernels", "models", "checkpoints", "bundled", "scaling"},
