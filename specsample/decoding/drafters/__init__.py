@@ -18,9 +18,9 @@ def make_drafter(draft, settings) -> Drafter:
   adaptive length (of either chain), a tree of chains, or a dynamic tree. A new draft
   shape adds its case here; the loop is the same."""
   common = dict(draft=draft, gamma=settings.gamma, sampling=settings.sampling, rule=settings.rule)
+  chain = FeatureDrafter if uses_target_features(draft) else ChainDrafter
   if settings.adaptive is not None:
-    chain = FeatureDrafter(**common) if uses_target_features(draft) else ChainDrafter(**common)
-    return AdaptiveDrafter(chain=chain, adaptive=settings.adaptive)
+    return AdaptiveDrafter(chain=chain(**common), adaptive=settings.adaptive)
   if settings.tree is not None:
     return TreeDrafter(**common, tree=settings.tree)
   if settings.dynamic_tree is not None:
@@ -29,9 +29,7 @@ def make_drafter(draft, settings) -> Drafter:
       model, lookup, trust_ngram = parts
       common.update(draft=model, lookup=lookup, trust_ngram=trust_ngram)
     return DynamicTreeDrafter(**common, tree=settings.dynamic_tree)
-  if uses_target_features(draft):
-    return FeatureDrafter(**common)
-  return ChainDrafter(**common)
+  return chain(**common)
 
 
 __all__ = [

@@ -73,8 +73,9 @@ class AdaptiveDrafter:
     batch = active.shape[0]
     step_keys = jax.random.split(key, gamma)
 
-    def first_of(result, step_key):
-      """(token, probs, sureness, bad) [batch] each from a draft call's result there."""
+    def read_draft(result, step_key):
+      """(token, probs, sureness, bad) [batch] each from one position of a draft call's
+      result (its logits, or greedy its `GreedyTokens`)."""
       if greedy:  # GreedyTokens
         return result.tokens, None, result.top_probability, result.bad
       token, probs = draw(step_key, result, sampling, need_probs=need_probs)
@@ -83,7 +84,7 @@ class AdaptiveDrafter:
 
     owed = jnp.where(active, state.chain.num_pending, 0)  # [batch]
     first, draft_state = chain.catch_up(state.chain, owed, greedy)
-    token, probs, sure, bad = first_of(first, step_keys[0])
+    token, probs, sure, bad = read_draft(first, step_keys[0])
     zeros = jnp.zeros((batch, gamma), jnp.int32)
     init = _Carry(
       draft_state=draft_state,
@@ -105,7 +106,7 @@ class AdaptiveDrafter:
         chain.draft, c.draft_state, previous, c.going.astype(jnp.int32), greedy=greedy
       )
       step_key = jax.lax.dynamic_index_in_dim(step_keys, c.step, keepdims=False)
-      token, probs, sure, bad = first_of(jax.tree.map(lambda a: a[:, 0], result), step_key)
+      token, probs, sure, bad = read_draft(jax.tree.map(lambda a: a[:, 0], result), step_key)
       sure = sure >= thresholds
       write = lambda buffer, value: jnp.where(  # noqa: E731 - column `step` of drafting rows
         (jnp.arange(gamma) == c.step).reshape((1, gamma) + (1,) * (buffer.ndim - 2))
