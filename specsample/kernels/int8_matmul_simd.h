@@ -217,7 +217,11 @@ template <Packed P, int R>
 SPECSAMPLE_INT8 void GroupTile(const uint8_t* group, const Activations& a, int64_t r0, int half,
                                float* y, int64_t ldy, int valid) {
   using Layout = PackedLayout<P>;
+  // Every loop over the R rows is unrolled before the compiler decides where `out` lives:
+  // left to its own size limits, GCC kept out[] in memory (zeroed by a `rep stos` on each
+  // call, stored back every block) although 32 registers hold it: 17% slower at 64 rows.
   FVec out[R];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) out[r] = FV::Zero();
   const int8_t* xq = a.q + 32 * r0;
   const float* dx = a.dx + r0;
@@ -232,6 +236,7 @@ SPECSAMPLE_INT8 void GroupTile(const uint8_t* group, const Activations& a, int64
     }
     Unpacked<P> w;
     Unpack<P>(group, b, half, w);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const IVec sum = BlockSum<P>(w, xq + 32 * r, s16 + 2 * r);
       const FVec scale = FV::Mul(w.scale, FV::Broadcast(dx[r]));
@@ -243,6 +248,7 @@ SPECSAMPLE_INT8 void GroupTile(const uint8_t* group, const Activations& a, int64
     dxs += a.k;
     s16 += 2 * a.k;
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     if (valid >= kIntLanes) {
       FV::Store(y + r * ldy, out[r]);
