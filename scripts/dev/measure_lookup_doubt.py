@@ -18,17 +18,13 @@ from __future__ import annotations
 import argparse
 import pathlib
 
+from measuring import MAIN_JOB  # scripts/dev, beside this script
+
 from specsample import SamplingConfig, load_pair, speculative_generate
 from specsample.data.chat_prompts import build_prompts, read_jsonl
 from specsample.models.lookup_draft import LookupThenModel
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-MAIN_JOB = (
-  "Fix the spelling and grammar mistakes in this paragraph and return the corrected "
-  "paragraph: 'Speculative decoding are a technique that make large language models faster. "
-  "A small draft model guess several tokens ahead, and the large model check all of them in "
-  "one pass. When the guesses is right, many tokens is produced for the price of one step.'"
-)
 
 
 def prompt_sets(names: list[str], held_out: int) -> dict[str, list[str]]:

@@ -24,6 +24,8 @@ import dataclasses
 import os
 import statistics
 
+from measuring import MAIN_JOB  # scripts/dev, beside this script
+
 from specsample import SpeculativeSettings, generate
 from specsample.bench import time_calls
 from specsample.cli.generate import StreamedText
@@ -32,13 +34,7 @@ from specsample.decoding import speculative_decode
 from specsample.kernels import token_queue
 from specsample.pairs import load_pair
 
-PROMPT = (
-  "Fix the spelling and grammar mistakes in this paragraph and return the corrected "
-  "paragraph: 'Speculative decoding are a technique that make large language models "
-  "faster. A small draft model guess several tokens ahead, and the large model check all "
-  "of them in one pass. When the guesses is right, many tokens is produced for the price "
-  "of one step.'"
-)
+PROMPT = MAIN_JOB
 
 
 def main() -> None:

@@ -9,6 +9,14 @@ import sys
 from specsample.bench import time_calls
 from specsample.checkpoints import load_model
 
+# The README's main job (`specsample generate`'s example).
+MAIN_JOB = (
+  "Fix the spelling and grammar mistakes in this paragraph and return the corrected "
+  "paragraph: 'Speculative decoding are a technique that make large language models faster. "
+  "A small draft model guess several tokens ahead, and the large model check all of them in "
+  "one pass. When the guesses is right, many tokens is produced for the price of one step.'"
+)
+
 
 def gguf_target(path, package: str, activations: str = "int8"):
   """The GGUF model at `path` with its blocks kept, in `activations` arithmetic; when
