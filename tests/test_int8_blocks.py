@@ -268,3 +268,20 @@ def test_the_calibration_key_names_the_cache(tmp_path):
   assert cache_numbers(load_model(path, gguf_blocks=True)) == "float32"
   float32_cache = load_model(path, gguf_blocks=True, activations="int8", cache_dtype="float32")
   assert cache_numbers(float32_cache) == "float32"
+
+
+@requires_kernel
+def test_a_pass_over_many_rows_equals_its_tokens_one_at_a_time(tmp_path):
+  """A prefill's rows (here 40 in one pass: the fused layer shares their norms,
+  quantization, rotary, SiLU and sums between the threads, kRowsPerThread = 8) give each
+  position exactly the logits of that token fed alone after the ones before it."""
+  path = tmp_path / "tiny.gguf"
+  write_tiny(path, Q.Q4_1, s=LARGE, seed=3)
+  model = load_model(path, gguf_blocks=True, activations="int8")
+  tokens = jnp.asarray(np.random.default_rng(1).integers(3, LARGE["vocab"], (1, 40)), jnp.int32)
+  whole = np.asarray(jax.jit(model.forward)(tokens))  # [1, 40, vocab]
+  state, _ = model.init_state(tokens[:, :1], jnp.asarray([1], jnp.int32), 40)
+  step = jax.jit(lambda state, token: model.extend(state, token, jnp.ones((1,), jnp.int32)))
+  for position in range(40):
+    logits, state = step(state, tokens[:, position : position + 1])
+    np.testing.assert_array_equal(np.asarray(logits)[0, 0], whole[0, position], str(position))

@@ -194,6 +194,42 @@ int Threads(ffi::ThreadPool& pool) {
   return static_cast<int>(std::min<int64_t>(pool.num_threads(), kMaxThreads));
 }
 
+// Rows per thread from which the work done row by row between the products (norms,
+// quantization, rotary, SiLU, residual sums) is shared between the threads: a prefill's
+// rows are, a decoding step's few are not (handing them over costs more than they do).
+constexpr int64_t kRowsPerThread = 8;
+
+// body(r0, r1) over row ranges that cover rows 0 .. rows - 1, one per thread when there
+// are enough rows. Each row's numbers do not depend on the range it falls in.
+template <typename Body>
+void ForRowRanges(int threads, int64_t rows, const Body& body) {
+  const int64_t parts = std::min<int64_t>(threads, rows / kRowsPerThread);
+  if (parts <= 1) return body(int64_t{0}, rows);
+  SpinPool::Get(threads).Run(parts, [&](int64_t p) {
+    body(rows * p / parts, rows * (p + 1) / parts);
+  });
+}
+
+// h = rmsnorm(x) * scale over rows x [rows, d], split between the threads.
+void RmsNormRows(Isa isa, int threads, const float* x, const float* scale, int64_t rows,
+                 int64_t d, float eps, float* out) {
+  ForRowRanges(threads, rows, [&](int64_t r0, int64_t r1) {
+    if (isa == Isa::kAvx512) {
+      layer_avx512::RmsNorm(x + r0 * d, scale, r1 - r0, d, eps, out + r0 * d);
+    } else {
+      layer_avx2::RmsNorm(x + r0 * d, scale, r1 - r0, d, eps, out + r0 * d);
+    }
+  });
+}
+
+// QuantizeActivations of rows x [rows, d], split between the threads.
+void QuantizeRowsShared(IntIsa int_isa, int threads, const float* x, int64_t d,
+                        const Activations& a, int passes) {
+  ForRowRanges(threads, a.k / passes, [&](int64_t r0, int64_t r1) {
+    QuantizeActivations(int_isa, x, d, a, passes, r0, r1);
+  });
+}
+
 ffi::Error Int8Qkv(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> norm,
                    ffi::Buffer<ffi::U8> wq, ffi::Buffer<ffi::U8> wk, ffi::Buffer<ffi::U8> wv,
                    ffi::Buffer<ffi::F32> cos, ffi::Buffer<ffi::F32> sin,
@@ -230,16 +266,17 @@ ffi::Error Int8Qkv(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ff
   float* h = Scratch(normed, rows * d);
   const Activations a = Quantized(quantized, rows, d, passes);
   const IntIsa int_isa = ActiveIntIsa();
-  if (isa == Isa::kAvx512) {
-    layer_avx512::RmsNorm(x.typed_data(), norm.typed_data(), rows, d, eps, h);
-  } else {
-    layer_avx2::RmsNorm(x.typed_data(), norm.typed_data(), rows, d, eps, h);
-  }
-  QuantizeActivations(int_isa, h, d, a, passes);
+  const int threads = Threads(pool);
+  RmsNormRows(isa, threads, x.typed_data(), norm.typed_data(), rows, d, eps, h);
+  QuantizeRowsShared(int_isa, threads, h, d, a, passes);
   const Product products[] = {{mq, q->typed_data()}, {mk, k->typed_data()}, {mv, v->typed_data()}};
-  RunProducts(Threads(pool), int_isa, a, products, 3, passes);
-  Rotate(q->typed_data(), rows, mq.n, half, cos.typed_data(), sin.typed_data());
-  Rotate(k->typed_data(), rows, mk.n, half, cos.typed_data(), sin.typed_data());
+  RunProducts(threads, int_isa, a, products, 3, passes);
+  ForRowRanges(threads, rows, [&](int64_t r0, int64_t r1) {
+    const float* c = cos.typed_data() + r0 * half;
+    const float* s = sin.typed_data() + r0 * half;
+    Rotate(q->typed_data() + r0 * mq.n, r1 - r0, mq.n, half, c, s);
+    Rotate(k->typed_data() + r0 * mk.n, r1 - r0, mk.n, half, c, s);
+  });
   return ffi::Error::Success();
 }
 
@@ -304,30 +341,33 @@ ffi::Error Int8AttentionMlp(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                       allowed.typed_data(), ends.typed_data(), batch, k, heads, kd[2], head_dim,
                       capacity, scale, context);
   Activations a = Quantized(quantized, rows, qd[2], passes);
-  QuantizeActivations(int_isa, context, qd[2], a, passes);
+  QuantizeRowsShared(int_isa, threads, context, qd[2], a, passes);
   const Product out_product[] = {{mo, product}};
   RunProducts(threads, int_isa, a, out_product, 1, passes);
-  AddInto(y, x.typed_data(), product, rows * d);
+  ForRowRanges(threads, rows, [&](int64_t r0, int64_t r1) {
+    AddInto(y + r0 * d, x.typed_data() + r0 * d, product + r0 * d, (r1 - r0) * d);
+  });
   // + down(silu(gate(h)) * up(h)), h = rmsnorm(x + attention)
-  if (isa == Isa::kAvx512) {
-    layer_avx512::RmsNorm(y, norm.typed_data(), rows, d, eps, product);
-  } else {
-    layer_avx2::RmsNorm(y, norm.typed_data(), rows, d, eps, product);
-  }
+  RmsNormRows(isa, threads, y, norm.typed_data(), rows, d, eps, product);
   a = Quantized(quantized, rows, d, passes);
-  QuantizeActivations(int_isa, product, d, a, passes);
+  QuantizeRowsShared(int_isa, threads, product, d, a, passes);
   const Product mlp_products[] = {{mg, gate}, {mu, up}};
   RunProducts(threads, int_isa, a, mlp_products, 2, passes);
-  if (isa == Isa::kAvx512) {
-    layer_avx512::SiluTimes(gate, up, rows * mlp_dim);
-  } else {
-    layer_avx2::SiluTimes(gate, up, rows * mlp_dim);
-  }
+  ForRowRanges(threads, rows, [&](int64_t r0, int64_t r1) {
+    const int64_t at = r0 * mlp_dim, count = (r1 - r0) * mlp_dim;
+    if (isa == Isa::kAvx512) {
+      layer_avx512::SiluTimes(gate + at, up + at, count);
+    } else {
+      layer_avx2::SiluTimes(gate + at, up + at, count);
+    }
+  });
   a = Quantized(quantized, rows, mlp_dim, passes);
-  QuantizeActivations(int_isa, gate, mlp_dim, a, passes);
+  QuantizeRowsShared(int_isa, threads, gate, mlp_dim, a, passes);
   const Product down_product[] = {{md, product}};
   RunProducts(threads, int_isa, a, down_product, 1, passes);
-  AddInto(y, y, product, rows * d);
+  ForRowRanges(threads, rows, [&](int64_t r0, int64_t r1) {
+    AddInto(y + r0 * d, y + r0 * d, product + r0 * d, (r1 - r0) * d);
+  });
   return ffi::Error::Success();
 }
 

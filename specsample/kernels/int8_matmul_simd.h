@@ -10,9 +10,10 @@ constexpr int kIntLanes = IV::kLanes;
 constexpr int kHalves = kGroupRows / kIntLanes;  // passes over a group: 1 (AVX-512) or 2
 
 // Quantizes rows x [k, d] (row stride ldx; d a multiple of 32) into `a`, each row and block
-// on its own.
-SPECSAMPLE_INT8 inline void QuantizeRows(const float* x, int64_t ldx, const Activations& a) {
-  for (int64_t r = 0; r < a.k; ++r) {
+// on its own: rows r0 .. r1 - 1 of them (r1 < 0: to the last), so that threads may share them.
+SPECSAMPLE_INT8 inline void QuantizeRows(const float* x, int64_t ldx, const Activations& a,
+                                         int64_t r0 = 0, int64_t r1 = -1) {
+  for (int64_t r = r0; r < (r1 < 0 ? a.k : r1); ++r) {
     for (int64_t b = 0; b < a.nb; ++b) {
       const int64_t at = b * a.k + r;  // block-major
       int32_t* sums = a.s16 + 2 * at;
@@ -27,10 +28,12 @@ SPECSAMPLE_INT8 inline void QuantizeRows(const float* x, int64_t ldx, const Acti
 // quantized as QuantizeRows does (dx, q), row k + r the first pass's rounding error
 // e = fma(-q, dx, x) quantized the same way (dx', q'), so x = dx q + dx' q' to within
 // max|e| / 254 per block, about 1/250 of one pass's error. A product of `a`'s 2k rows then
-// gives each row's two partial products, which the caller adds (first + second).
-SPECSAMPLE_INT8 inline void QuantizeRowsWithError(const float* x, int64_t ldx, const Activations& a) {
+// gives each row's two partial products, which the caller adds (first + second). Rows
+// r0 .. r1 - 1 of x (r1 < 0: to the last).
+SPECSAMPLE_INT8 inline void QuantizeRowsWithError(const float* x, int64_t ldx, const Activations& a,
+                                                  int64_t r0 = 0, int64_t r1 = -1) {
   const int64_t k = a.k / 2;
-  for (int64_t r = 0; r < k; ++r) {
+  for (int64_t r = r0; r < (r1 < 0 ? k : r1); ++r) {
     for (int64_t b = 0; b < a.nb; ++b) {
       const float* block = x + r * ldx + 32 * b;
       const int64_t at = b * a.k + r, error_at = at + k;  // block-major

@@ -19,9 +19,10 @@ IntIsa ActiveIntIsa();
 
 // Rows x [k, d] (row stride ldx) quantized into `a` (int8_matmul.h) in `passes` passes: 1
 // (a.k = k rows), or 2 (a.k = 2k rows: row k + r holds row r's rounding error, quantized;
-// the two rows' products are added by AddSecondPass).
+// the two rows' products are added by AddSecondPass). Rows r0 .. r1 - 1 of x only (r1 < 0:
+// to the last): each row is quantized on its own, so threads may share the rows.
 void QuantizeActivations(IntIsa isa, const float* x, int64_t ldx, const Activations& a,
-                         int passes = 1);
+                         int passes = 1, int64_t r0 = 0, int64_t r1 = -1);
 
 // y[i] = partial[i] + partial[count + i] for i < count: each row's product from its two
 // passes' partial products (the first pass's rows, then the errors' rows).

@@ -290,14 +290,14 @@ Isa ActiveKernelIsa() { return ActiveIsa().load(std::memory_order_relaxed); }
 IntIsa ActiveIntIsa() { return IntIsaOf(ActiveKernelIsa()); }
 
 void QuantizeActivations(IntIsa isa, const float* x, int64_t ldx, const Activations& a,
-                         int passes) {
+                         int passes, int64_t r0, int64_t r1) {
   if (isa == IntIsa::kAvx512Vnni) {
-    if (passes == 2) return int512vnni::QuantizeRowsWithError(x, ldx, a);
-    return int512vnni::QuantizeRows(x, ldx, a);
+    if (passes == 2) return int512vnni::QuantizeRowsWithError(x, ldx, a, r0, r1);
+    return int512vnni::QuantizeRows(x, ldx, a, r0, r1);
   }
   // the same numbers at either AVX2 width
-  if (passes == 2) return intavx2::QuantizeRowsWithError(x, ldx, a);
-  return intavx2::QuantizeRows(x, ldx, a);
+  if (passes == 2) return intavx2::QuantizeRowsWithError(x, ldx, a, r0, r1);
+  return intavx2::QuantizeRows(x, ldx, a, r0, r1);
 }
 
 void AddSecondPass(const float* partial, int64_t count, float* y) {
