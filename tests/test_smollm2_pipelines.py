@@ -322,7 +322,10 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   for s in train + validation:
     assert s.tokens.tolist()[: s.prompt_length] == encoded[s.index]
     assert s.features is None  # computed when a batch draws the sequence
-  live = store_features.LiveFeatures(target)(train[:3])
+  # Read in order of length, two per call (three calls, the last one short), each call
+  # padded to its own width; given back in the order drawn.
+  live = store_features.LiveFeatures(target, rows=2)(train[:5])
+  assert [s.index for s in live] == [s.index for s in train[:5]]
   for s in live:
     _, _, alone = read_sequences(target, [s.tokens.tolist()], k=0)
     np.testing.assert_allclose(s.features, alone[0, : len(s.tokens) - 1], rtol=2e-3, atol=2e-3)

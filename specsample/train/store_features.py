@@ -121,9 +121,11 @@ class LiveFeatures:
   """Fills in the target's features of the sequences a training batch draws, when it draws
   them (`distill_features.batches(..., complete=LiveFeatures(target))`): a teacher-forced
   pass per batch instead of features of the whole store computed and kept beforehand.
-  Widths are multiples of `width_multiple` and calls of `rows` sequences (few programs)."""
+  The sequences are read in order of length, `rows` per call, each call padded to a
+  multiple of `width_multiple` of its own longest (one compiled program per width; what
+  padding costs: scripts/dev/measure_live_features.py --layouts)."""
 
-  def __init__(self, target, *, rows: int = 8, width_multiple: int = 128):
+  def __init__(self, target, *, rows: int = 4, width_multiple: int = 32):
     self.target, self.rows, self.width_multiple = target, rows, width_multiple
 
   def __call__(
@@ -134,14 +136,15 @@ class LiveFeatures:
     sequences without it: what the draft's agreement is scored against, a sampled
     response's tokens not being the target's argmax."""
     todo = [s for s in sequences if s.features is None or (target_next and s.target_next is None)]
-    if not todo:
-      return list(sequences)
-    top, _, read = read_sequences(self.target, [s.tokens.tolist() for s in todo],
-                                  k=1 if target_next else 0, rows=self.rows,
-                                  width_multiple=self.width_multiple)  # fmt: skip
+    todo.sort(key=lambda s: len(s.tokens))
     filled = {}
-    for i, s in enumerate(todo):
-      n = len(s.tokens) - 1
-      extra = {"target_next": top[i, :n, 0].astype(np.int32)} if target_next else {}
-      filled[id(s)] = dataclasses.replace(s, features=read[i, :n], **extra)
+    for start in range(0, len(todo), self.rows):
+      chunk = todo[start : start + self.rows]
+      top, _, read = read_sequences(self.target, [s.tokens.tolist() for s in chunk],
+                                    k=1 if target_next else 0, rows=self.rows,
+                                    width_multiple=self.width_multiple)  # fmt: skip
+      for i, s in enumerate(chunk):
+        n = len(s.tokens) - 1
+        extra = {"target_next": top[i, :n, 0].astype(np.int32)} if target_next else {}
+        filled[id(s)] = dataclasses.replace(s, features=read[i, :n], **extra)
     return [filled.get(id(s), s) for s in sequences]
