@@ -222,7 +222,8 @@ SPECSAMPLE_INT8 void GroupTile(const uint8_t* group, const Activations& a, int64
   using Layout = PackedLayout<P>;
   // Every loop over the R rows is unrolled before the compiler decides where `out` lives:
   // left to its own size limits, GCC kept out[] in memory (zeroed by a `rep stos` on each
-  // call, stored back every block) although 32 registers hold it: 17% slower at 64 rows.
+  // call, stored back every block) although AVX-512's 32 registers hold it (a prefill's
+  // products were 6% slower: docs/benchmarks.md, "A prefill's rows").
   FVec out[R];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) out[r] = FV::Zero();
