@@ -84,24 +84,25 @@ def main(argv=None) -> None:
     for chosen in drawn:
       live(chosen)
     first_pass[number] = time.perf_counter() - started
-  seconds = {number: [] for number in range(len(lives))}
+  timed = {number: [] for number in range(len(lives))}
   for _ in range(args.passes):
     for chosen in drawn:
       for number, live in enumerate(lives):
         started = time.perf_counter()
         live(chosen)
-        seconds[number].append(time.perf_counter() - started)
+        timed[number].append(time.perf_counter() - started)
   positions = sum(float(b.weights.astype(bool).sum()) for b in batches)
   result = {"batches": args.batches, "positions_per_batch": positions / args.batches}
   for number, (rows, width) in enumerate(layouts):
-    steady = float(np.sum(seconds[number]) / args.passes)
+    steady = float(np.sum(timed[number]) / args.passes)
     result[f"{rows}x{width}"] = {
       "features_positions_per_second": positions / steady,
       "features_seconds_per_batch": steady / args.batches,
       "first_pass_seconds_with_compilation": first_pass[number],
       "padding_share": padding_share(drawn, rows, width),
     }
-  result["features_seconds_per_batch"] = result[args.layouts[0]]["features_seconds_per_batch"]
+  first = "{}x{}".format(*layouts[0])
+  result["features_seconds_per_batch"] = result[first]["features_seconds_per_batch"]
   ids = np.unique(np.concatenate([s.tokens for s in sequences[:2000]]))[:8192].astype(np.int32)
   for steps_ahead in args.steps_ahead:
     seconds = train_step_seconds(trainer, ids, batches, steps_ahead)

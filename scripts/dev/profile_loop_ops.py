@@ -66,9 +66,14 @@ def op_names(module: str) -> dict[str, str]:
   return names
 
 
+def kind_of(thunk: str) -> str:
+  """An operation's kind: its name without the instance number ("ffi_call.1525")."""
+  return re.sub(r"[.][0-9]+$", "", thunk)
+
+
 def group_of(thunk: str, op_name: str) -> str | None:
   """The group a leaf operation's time goes to; None for the nesting ones."""
-  kind = re.sub(r"\.\d+$", "", thunk)
+  kind = kind_of(thunk)
   if kind in ("cond", "while", "call", "conditional"):
     return None  # their own entries contain their children's
   if "/while/body/" not in op_name:
@@ -110,8 +115,7 @@ def summarize(events, module: str, runs: int, per: float, unit: str, top: int) -
     groups[group] += event["dur"]
     if group != "prefill":
       path = names.get(event["name"], event["name"]).split("/while/body/")[-1]
-      kind = re.sub(r"[.][0-9]+$", "", event["name"])
-      key = f"{re.sub(r'blocks_[0-9]+', 'blocks_N', path)} ({kind})"
+      key = f"{re.sub(r'blocks_[0-9]+', 'blocks_N', path)} ({kind_of(event['name'])})"
       leaves[key] += event["dur"]
       counts[key] += 1
   print(f"| group | ms per {unit} |\n|---|---|")

@@ -23,23 +23,35 @@ from specsample.train.response_store import ResponseStore, TrainingSequence, rea
 from specsample.train.target_responses import read_sequences
 
 
+def read_in_length_order(
+  target, token_lists: Sequence[np.ndarray], *, k: int, rows: int, width_multiple: int
+) -> list[tuple[np.ndarray, np.ndarray | None]]:
+  """The target's features at positions 0 .. N - 2 of each token list (N tokens; position
+  j's predicts token j + 1), float16[N - 1, feature size], and with k = 1 its greedy token
+  after each of them (int32[N - 1]; else None), in the lists' order. They are read `rows`
+  at a time in order of length, each call padded to a multiple of `width_multiple` of its
+  own longest (one compiled program per width)."""
+  order = sorted(range(len(token_lists)), key=lambda i: len(token_lists[i]))
+  read: list = [None] * len(token_lists)
+  for start in range(0, len(order), rows):
+    chunk = order[start : start + rows]
+    top, _, features = read_sequences(target, [token_lists[i].tolist() for i in chunk], k=k,
+                                      rows=rows, width_multiple=width_multiple)  # fmt: skip
+    for row, i in enumerate(chunk):
+      n = len(token_lists[i]) - 1
+      read[i] = (features[row, :n], top[row, :n, 0].astype(np.int32) if k else None)
+  return read
+
+
 def read_features(
   target, sequences: Sequence[TrainingSequence], *, rows: int = 8, width_multiple: int = 64
 ) -> list[np.ndarray]:
   """The target's features at positions 0 .. N - 2 of each prompt + response (N tokens;
-  position j's predicts token j + 1): float16[N - 1, feature size] per sequence. Sequences
-  are read `rows` at a time in order of length, padded to a multiple of `width_multiple`
-  (one compiled program per width)."""
+  position j's predicts token j + 1): float16[N - 1, feature size] per sequence
+  (`read_in_length_order`)."""
   full = [np.concatenate([s.prompt, s.response]) for s in sequences]
-  order = sorted(range(len(full)), key=lambda i: len(full[i]))
-  features: list[np.ndarray | None] = [None] * len(full)
-  for start in range(0, len(order), rows):
-    chunk = order[start : start + rows]
-    _, _, read = read_sequences(target, [full[i].tolist() for i in chunk], k=0, rows=rows,
-                                width_multiple=width_multiple)  # fmt: skip
-    for row, i in enumerate(chunk):
-      features[i] = read[row, : len(full[i]) - 1]
-  return features
+  read = read_in_length_order(target, full, k=0, rows=rows, width_multiple=width_multiple)
+  return [features for features, _ in read]
 
 
 def write_feature_shard(path: str, sequences: Sequence[TrainingSequence], features) -> int:
@@ -120,10 +132,9 @@ def store_sequences(
 class LiveFeatures:
   """Fills in the target's features of the sequences a training batch draws, when it draws
   them (`distill_features.batches(..., complete=LiveFeatures(target))`): a teacher-forced
-  pass per batch instead of features of the whole store computed and kept beforehand.
-  The sequences are read in order of length, `rows` per call, each call padded to a
-  multiple of `width_multiple` of its own longest (one compiled program per width; what
-  padding costs: scripts/dev/measure_live_features.py --layouts)."""
+  pass per batch instead of features of the whole store computed and kept beforehand,
+  read in order of length (`read_in_length_order`; what the padding costs:
+  scripts/dev/measure_live_features.py --layouts)."""
 
   def __init__(self, target, *, rows: int = 4, width_multiple: int = 32):
     self.target, self.rows, self.width_multiple = target, rows, width_multiple
@@ -136,15 +147,10 @@ class LiveFeatures:
     sequences without it: what the draft's agreement is scored against, a sampled
     response's tokens not being the target's argmax."""
     todo = [s for s in sequences if s.features is None or (target_next and s.target_next is None)]
-    todo.sort(key=lambda s: len(s.tokens))
+    read = read_in_length_order(self.target, [s.tokens for s in todo], k=int(target_next),
+                                rows=self.rows, width_multiple=self.width_multiple)  # fmt: skip
     filled = {}
-    for start in range(0, len(todo), self.rows):
-      chunk = todo[start : start + self.rows]
-      top, _, read = read_sequences(self.target, [s.tokens.tolist() for s in chunk],
-                                    k=1 if target_next else 0, rows=self.rows,
-                                    width_multiple=self.width_multiple)  # fmt: skip
-      for i, s in enumerate(chunk):
-        n = len(s.tokens) - 1
-        extra = {"target_next": top[i, :n, 0].astype(np.int32)} if target_next else {}
-        filled[id(s)] = dataclasses.replace(s, features=read[i, :n], **extra)
+    for s, (features, target_next_ids) in zip(todo, read, strict=True):
+      extra = {"target_next": target_next_ids} if target_next else {}
+      filled[id(s)] = dataclasses.replace(s, features=features, **extra)
     return [filled.get(id(s), s) for s in sequences]
