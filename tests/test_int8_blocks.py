@@ -52,7 +52,9 @@ def test_packing_keeps_every_number_of_the_file(format):
   matrix = int8_blocks.from_gguf_blocks(raw, format)
   assert matrix.shape == (37, features) and matrix.rows == 37
   np.testing.assert_array_equal(jax.jit(int8_blocks.dequantize)(matrix), expected)
-  ids = jnp.asarray([[3, 0], [36, 17]], jnp.int32)
+  ids = jnp.asarray([[3, 0], [36, 17]], jnp.int32)  # a few rows: one slice each
+  np.testing.assert_array_equal(jax.jit(int8_blocks.take_rows)(matrix, ids), expected[ids])
+  ids = jnp.asarray(rng.integers(0, 37, (3, 7)), jnp.int32)  # more: one gather
   np.testing.assert_array_equal(jax.jit(int8_blocks.take_rows)(matrix, ids), expected[ids])
   chosen = int8_blocks.select_rows(matrix, [36, 2, 2, 20])
   np.testing.assert_array_equal(int8_blocks.dequantize(chosen), expected[[36, 2, 2, 20]])
@@ -124,6 +126,52 @@ def test_a_prefill_s_rows_in_chunks_equal_the_reference(format, integer_isa):
   # batches), each chunk in tiles; every row equals the NumPy reference bit for bit.
   packed, _, x = _packed_and_x(3, 37, 256 if format.endswith("_k") else 96, format, 150)
   np.testing.assert_array_equal(jax.jit(int8_blocks.matmul)(x, packed), _reference(x, packed))
+
+
+@requires_kernel
+@pytest.mark.parametrize("format", ["q8_0", "q4_1", "q6_k"])
+def test_the_greedy_summary_is_that_of_the_product_s_logits(format, integer_isa):
+  # One kernel call gives what greedy drafting reads of a product (argmax, largest logit,
+  # top probability) without the logits: equal to those of matmul's logits, row by row,
+  # for n = 301 (a partial group, a tail of the vector width) and every row count 1..12
+  # (two calls past small_k.MAX_ROWS), ties to the lowest index.
+  d = 512 if format.endswith("_k") else 320
+  packed, _, x = _packed_and_x(6, 301, d, format, 12)
+  x = x * np.linspace(0.01, 3, d, dtype=np.float32)
+  tied = int8_blocks.select_rows(packed, [7, 5, 7, 5, 1])  # two rows equal to row 0 and 1
+
+  @jax.jit
+  def both(x, matrix):
+    return [(int8_blocks.greedy_matmul(x[:k], matrix), int8_blocks.matmul(x[:k], matrix))
+            for k in range(1, x.shape[0] + 1)]  # fmt: skip
+
+  assert (
+    "specsample_int8_greedy_" + format
+    in jax.jit(int8_blocks.greedy_matmul).lower(x, packed).as_text()
+  )
+  for matrix in (packed, tied):
+    for k, ((token, best, top), logits) in enumerate(both(x, matrix), start=1):
+      logits = np.asarray(logits, np.float64)
+      np.testing.assert_array_equal(token, logits.argmax(-1), err_msg=f"k={k}")
+      np.testing.assert_array_equal(best, logits.max(-1))
+      shifted = np.exp(logits - logits.max(-1, keepdims=True))
+      np.testing.assert_allclose(top, 1 / shifted.sum(-1), rtol=2e-6)
+  # The tied rows did tie for the maximum: the lowest index was the one taken.
+  logits = np.asarray(int8_blocks.matmul(x, tied))
+  assert ((logits == logits.max(-1, keepdims=True)).sum(-1) == 2).any()
+
+
+def test_the_greedy_summary_without_the_kernel(monkeypatch):
+  packed, _, x = _packed_and_x(7, 48, 64, "q8_0", 3)
+  monkeypatch.setenv(native.ENV_VARIABLE, "xla")
+  summary = jax.jit(lambda x, m: int8_blocks.greedy_matmul(x, m))  # traced anew: no kernel
+  assert "specsample_int8" not in summary.lower(x, packed).as_text()
+  token, best, top = summary(x, packed)
+  logits = np.asarray(jax.jit(lambda x, m: int8_blocks.matmul(x, m))(x, packed), np.float64)
+  np.testing.assert_array_equal(token, logits.argmax(-1))
+  np.testing.assert_allclose(best, logits.max(-1), rtol=1e-6)
+  shifted = np.exp(logits - logits.max(-1, keepdims=True))
+  np.testing.assert_allclose(top, 1 / shifted.sum(-1), rtol=2e-6)
 
 
 # Byte offsets of each block's float16 scales (set to small finite numbers); every other

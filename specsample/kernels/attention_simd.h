@@ -11,26 +11,7 @@
 // entries lie, so a query's output is the same, bit for bit, alone or beside others, and
 // for a tree's path as for the same tokens in a chain.
 
-// exp(x) for x <= 0 (scores minus their maximum): 2^n * e^r with n = round(x / ln 2),
-// r = x - n ln 2 (ln 2 in two parts), e^r by a degree-7 polynomial (Horner, no fused
-// multiply-add: the same rounding everywhere). exp(0) = 1 exactly; below -87 it is 0.
-SPECSAMPLE_SIMD __attribute__((always_inline)) inline typename Vec::V Exp(typename Vec::V x) {
-  using V = typename Vec::V;
-  const V clamped = Vec::Max(x, Vec::Broadcast(-87.0f));
-  const V n = Vec::Round(Vec::Mul(clamped, Vec::Broadcast(1.44269504088896341f)));
-  V r = Vec::Sub(clamped, Vec::Mul(n, Vec::Broadcast(0.693359375f)));
-  r = Vec::Sub(r, Vec::Mul(n, Vec::Broadcast(-2.12194440e-4f)));
-  V p = Vec::Broadcast(1.0f / 5040.0f);
-  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f / 720.0f));
-  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f / 120.0f));
-  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f / 24.0f));
-  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f / 6.0f));
-  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(0.5f));
-  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f));
-  p = Vec::Add(Vec::Mul(p, r), Vec::Broadcast(1.0f));
-  const V e = Vec::Mul(p, Vec::Pow2(n));
-  return Vec::Select(Vec::Less(x, Vec::Broadcast(-87.0f)), Vec::Zero(), e);
-}
+#include "exp_simd.h"  // Exp
 
 // The dot products of the R queries q[r] [D] with the 4 rows k[0..3] [D] (D a multiple of
 // L) into out[r * stride + 0..3], each by the same tree whatever the others are.

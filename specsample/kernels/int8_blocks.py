@@ -56,6 +56,7 @@ PACKED_BYTES = {"q8_0": 544, "q4_0": 288, "q4_1": 320, "q5_0": 352, "q4_k": 2368
 ACTIVATION_PASSES = (1, 2)  # one 8-bit pass, or a second over the first's rounding error
 OFFSETS = {"q8_0": 128, "q4_0": 8, "q4_1": 0, "q5_0": 16, "q4_k": 0, "q6_k": 32}
 _TARGET = "specsample_int8_matmul_"  # + format
+_GREEDY_TARGET = "specsample_int8_greedy_"  # + format
 
 
 @functools.partial(
@@ -464,12 +465,31 @@ def dequantize(matrix: Int8BlockMatrix) -> jax.Array:
   return w.reshape(-1, w.shape[-1])[: matrix.rows]
 
 
+_SLICED_LOOKUPS = 16  # lookups of up to this many rows slice each row's group
+
+
 def take_rows(matrix: Int8BlockMatrix, ids: jax.Array) -> jax.Array:
-  """Rows `ids` int32[...] of the matrix (an embedding lookup) -> float32 [..., in]."""
-  groups = jnp.take(jnp.asarray(matrix.packed), ids // GROUP_ROWS, axis=0)  # [..., bytes]
-  w = dequantize_unpacked(unpack(groups, matrix.format, jnp), jnp)  # [..., 16, in]
-  lane = (ids % GROUP_ROWS)[..., None, None]
-  return jnp.take_along_axis(w, lane, axis=-2)[..., 0, :]
+  """Rows `ids` int32[...] of the matrix (an embedding lookup) -> float32 [..., in]: each
+  row's group gathered and unpacked, its own lane taken, then only that row dequantized."""
+  packed, group = jnp.asarray(matrix.packed), ids // GROUP_ROWS
+  if group.size <= _SLICED_LOOKUPS:  # one slice each: XLA:CPU's gather is slower here
+    slices = [jax.lax.dynamic_index_in_dim(packed, g, keepdims=False) for g in group.reshape(-1)]
+    groups = jnp.stack(slices).reshape(*group.shape, packed.shape[-1])  # [..., bytes]
+  else:
+    groups = jnp.take(packed, group, axis=0)  # [..., bytes]
+  u = unpack(groups, matrix.format, jnp)  # fields [..., 16, ...]
+  lane = ids % GROUP_ROWS  # [...]
+
+  def own(field):  # [..., 16, *rest] -> [..., 1, *rest]: the row's lane
+    if field is None:
+      return None
+    index = lane.reshape(*lane.shape, 1, *(1,) * (field.ndim - lane.ndim - 1))
+    return jnp.take_along_axis(field, index, axis=lane.ndim)
+
+  u = dataclasses.replace(
+    u, values=own(u.values), scale=own(u.scale), minimum=own(u.minimum), int_scales=own(u.int_scales)
+  )
+  return dequantize_unpacked(u, jnp)[..., 0, :]
 
 
 # ---------------------------------------------------------------------------------------
@@ -597,3 +617,59 @@ def matmul(x: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:
   parts = [_kernel_call(rows[i : i + step], matrix) for i in range(0, rows.shape[0], step)]
   y = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=0)
   return y.reshape(*x.shape[:-1], out)
+
+
+# ---------------------------------------------------------------------------------------
+# What greedy drafting reads of a product, without its logits.
+
+
+def _greedy_of_logits(y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(argmax int32, max, softmax at the max) of logits [..., n] over the last axis."""
+  best = jnp.max(y, axis=-1)
+  top = 1.0 / jnp.sum(jnp.exp(y - best[..., None]), axis=-1)
+  return jnp.argmax(y, axis=-1).astype(jnp.int32), best, top
+
+
+def _greedy_kernel_call(rows: jax.Array, matrix: Int8BlockMatrix):
+  """[k, in] (k <= small_k.MAX_ROWS) -> (token int32[k], best [k], top [k])."""
+  k = rows.shape[0]
+  call = jax.ffi.ffi_call(
+    _GREEDY_TARGET + matrix.format,
+    (
+      jax.ShapeDtypeStruct((k,), jnp.int32),
+      jax.ShapeDtypeStruct((k,), jnp.float32),
+      jax.ShapeDtypeStruct((k,), jnp.float32),
+    ),
+    vmap_method="sequential",
+  )
+
+  def kernel(x, packed):
+    return tuple(call(x, packed, passes=np.int32(matrix.passes), n=np.int64(matrix.rows)))
+
+  def xla(x, packed):
+    return _greedy_of_logits(xla_matmul(x, dataclasses.replace(matrix, packed=packed)))
+
+  return jax.lax.platform_dependent(rows, matrix.packed, cpu=kernel, default=xla)
+
+
+def greedy_matmul(x: jax.Array, matrix: Int8BlockMatrix) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """What greedy drafting reads of y = matmul(x, matrix), row by row, without returning y:
+  (token int32[...], best float32[...], top float32[...]) for x [..., in]: the lowest index
+  of y's largest number, that number, and softmax(y) there (1 / sum exp(y - best)). On CPU
+  one kernel call computes the product and these three (greedy_summary_simd.h), so a
+  draft's greedy step needs no XLA reductions over its logits. A row whose y has a NaN or
+  an infinite maximum has best NaN or infinite: the caller flags it (its token and top
+  are then unspecified)."""
+  out, features = matrix.shape
+  if x.shape[-1] != features:
+    raise ValueError(f"int8 block greedy matmul: x {x.shape} against a [{out}, {features}] matrix")
+  if not uses_kernel(x.dtype):
+    return _greedy_of_logits(xla_matmul(x, matrix))
+  rows = x.reshape(-1, features)  # [rows, in]
+  step = small_k.MAX_ROWS
+  parts = [_greedy_kernel_call(rows[i : i + step], matrix) for i in range(0, rows.shape[0], step)]
+  if len(parts) == 1:
+    joined = parts[0]
+  else:
+    joined = tuple(jnp.concatenate(column, axis=0) for column in zip(*parts, strict=True))
+  return tuple(a.reshape(x.shape[:-1]) for a in joined)

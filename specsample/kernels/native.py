@@ -91,6 +91,13 @@ FFI_TARGETS = {
   "specsample_int8_matmul_q5_0": "SpecsampleInt8MatmulQ5_0",
   "specsample_int8_matmul_q4_k": "SpecsampleInt8MatmulQ4_K",
   "specsample_int8_matmul_q6_k": "SpecsampleInt8MatmulQ6_K",
+  # What greedy drafting reads of such a product: argmax, maximum, top probability.
+  "specsample_int8_greedy_q8_0": "SpecsampleInt8GreedyQ8_0",
+  "specsample_int8_greedy_q4_0": "SpecsampleInt8GreedyQ4_0",
+  "specsample_int8_greedy_q4_1": "SpecsampleInt8GreedyQ4_1",
+  "specsample_int8_greedy_q5_0": "SpecsampleInt8GreedyQ5_0",
+  "specsample_int8_greedy_q4_k": "SpecsampleInt8GreedyQ4_K",
+  "specsample_int8_greedy_q6_k": "SpecsampleInt8GreedyQ6_K",
   # Cached attention over each query's visible entries (specsample.kernels.attention).
   "specsample_cached_attention": "SpecsampleCachedAttention",
   # A decoder layer's two halves with 8-bit activations (specsample.kernels.decoder_layer).

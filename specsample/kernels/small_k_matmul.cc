@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -30,6 +32,22 @@
 namespace ffi = xla::ffi;
 
 namespace specsample {
+
+namespace summary_avx512 {
+using Vec = Lanes<16>;
+#define SPECSAMPLE_SIMD __attribute__((target("avx512f,avx2,fma,f16c")))
+#include "exp_simd.h"
+#include "greedy_summary_simd.h"
+#undef SPECSAMPLE_SIMD
+}  // namespace summary_avx512
+
+namespace summary_avx2 {
+using Vec = Lanes<8>;
+#define SPECSAMPLE_SIMD __attribute__((target("avx2,fma,f16c")))
+#include "exp_simd.h"
+#include "greedy_summary_simd.h"
+#undef SPECSAMPLE_SIMD
+}  // namespace summary_avx2
 namespace {
 
 // Below this many weights per thread, one thread's share is too small to pay for the
@@ -233,30 +251,30 @@ ffi::Error SmallKMatmulBlocks(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 // `packed` u8 [ceil(n / 16), d / weights per block * bytes per block]. x is quantized once,
 // by this thread, in `passes` passes (1, or 2: the rounding error quantized again, the two
 // partial products added); parts take contiguous runs of groups (16 rows of W, 16 columns
-// of y).
+// of y). `name` names the handler in errors.
 template <Packed P>
-ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> packed,
-                      ffi::ResultBuffer<ffi::F32> y, int32_t passes) {
+std::optional<ffi::Error> Int8ProductInto(const char* name, ffi::ThreadPool& pool,
+                                          ffi::Buffer<ffi::F32>& x, ffi::Buffer<ffi::U8>& packed,
+                                          int64_t n, int32_t passes, float* y) {
   using Layout = PackedLayout<P>;
   const auto x_dims = x.dimensions();
   const auto w_dims = packed.dimensions();
-  const auto y_dims = y->dimensions();
-  if (x_dims.size() != 2 || w_dims.size() != 2 || y_dims.size() != 2 ||
-      x_dims[1] % Layout::kWeights != 0 || y_dims[0] != x_dims[0] ||
-      w_dims[0] != (y_dims[1] + kGroupRows - 1) / kGroupRows ||
+  if (x_dims.size() != 2 || w_dims.size() != 2 || x_dims[1] % Layout::kWeights != 0 ||
+      w_dims[0] != (n + kGroupRows - 1) / kGroupRows ||
       w_dims[1] != x_dims[1] / Layout::kWeights * Layout::kBytes) {
     return ffi::Error::InvalidArgument(
-        "int8_matmul: expected x [k, d] (d a multiple of " + std::to_string(Layout::kWeights) +
-        "), packed [ceil(n / 16), d / " + std::to_string(Layout::kWeights) + " * " +
-        std::to_string(Layout::kBytes) + "] and y [k, n]");
+        std::string(name) + ": expected x [k, d] (d a multiple of " +
+        std::to_string(Layout::kWeights) + "), packed [ceil(n / 16), d / " +
+        std::to_string(Layout::kWeights) + " * " + std::to_string(Layout::kBytes) +
+        "] and n = " + std::to_string(n) + " rows of W");
   }
   if (passes != 1 && passes != 2) {
-    return ffi::Error::InvalidArgument("int8_matmul: passes must be 1 or 2, got " +
+    return ffi::Error::InvalidArgument(std::string(name) + ": passes must be 1 or 2, got " +
                                        std::to_string(passes));
   }
-  const int64_t k = x_dims[0], d = x_dims[1], n = y_dims[1], groups = w_dims[0];
+  const int64_t k = x_dims[0], d = x_dims[1], groups = w_dims[0];
   const Isa isa = ActiveIsa().load(std::memory_order_relaxed);
-  if (auto error = CheckRowsAndIsa("int8_matmul", k, isa)) return *std::move(error);
+  if (auto error = CheckRowsAndIsa(name, k, isa)) return error;
   const IntIsa int_isa = IntIsaOf(isa);
   // The quantized rows and (two passes) both passes' products, in buffers of this thread's
   // (the parts end before this returns).
@@ -266,7 +284,7 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   if (static_cast<int64_t>(scratch.size()) < words) scratch.resize(words);
   const Activations a = ActivationBuffer::Into(scratch.data(), passes * k, d);
   QuantizeActivations(int_isa, x.typed_data(), d, a, passes);
-  float* yp = y->typed_data();
+  float* yp = y;
   if (passes == 2) {
     if (static_cast<int64_t>(partial.size()) < 2 * k * n) partial.resize(2 * k * n);
     yp = partial.data();
@@ -279,7 +297,54 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
     Int8ProductPart(int_isa, P, a, w, group_bytes, n, yp, groups * p / parts,
                     groups * (p + 1) / parts);
   });
-  if (passes == 2) AddSecondPass(yp, k * n, y->typed_data());
+  if (passes == 2) AddSecondPass(yp, k * n, y);
+  return std::nullopt;
+}
+
+template <Packed P>
+ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> packed,
+                      ffi::ResultBuffer<ffi::F32> y, int32_t passes) {
+  const auto y_dims = y->dimensions();
+  if (y_dims.size() != 2 || x.dimensions().size() != 2 || y_dims[0] != x.dimensions()[0]) {
+    return ffi::Error::InvalidArgument("int8_matmul: expected x [k, d] and y [k, n]");
+  }
+  if (auto error = Int8ProductInto<P>("int8_matmul", pool, x, packed, y_dims[1], passes,
+                                      y->typed_data())) {
+    return *std::move(error);
+  }
+  return ffi::Error::Success();
+}
+
+// What greedy drafting reads of the product y [k, n] = x @ W.T (Int8Matmul's numbers), row
+// by row (greedy_summary_simd.h): the argmax token s32 [k], the largest logit f32 [k] and the
+// softmax's probability there f32 [k]. y itself stays in a buffer of this thread's.
+template <Packed P>
+ffi::Error Int8Greedy(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> packed,
+                      ffi::ResultBuffer<ffi::S32> token, ffi::ResultBuffer<ffi::F32> best,
+                      ffi::ResultBuffer<ffi::F32> top, int32_t passes, int64_t n) {
+  const auto x_dims = x.dimensions();
+  if (x_dims.size() != 2 || n < 1 || token->element_count() != x_dims[0] ||
+      best->element_count() != x_dims[0] || top->element_count() != x_dims[0]) {
+    return ffi::Error::InvalidArgument(
+        "int8_greedy: expected x [k, d], n >= 1 and k tokens, maxima and probabilities");
+  }
+  const int64_t k = x_dims[0];
+  thread_local std::vector<float> logits;
+  if (static_cast<int64_t>(logits.size()) < k * n) logits.resize(k * n);
+  if (auto error = Int8ProductInto<P>("int8_greedy", pool, x, packed, n, passes, logits.data())) {
+    return *std::move(error);
+  }
+  const bool wide = ActiveIsa().load(std::memory_order_relaxed) == Isa::kAvx512;
+  for (int64_t r = 0; r < k; ++r) {
+    int32_t* t = token->typed_data() + r;
+    float* b = best->typed_data() + r;
+    float* p = top->typed_data() + r;
+    if (wide) {
+      summary_avx512::GreedySummary(logits.data() + r * n, n, t, b, p);
+    } else {
+      summary_avx2::GreedySummary(logits.data() + r * n, n, t, b, p);
+    }
+  }
   return ffi::Error::Success();
 }
 
@@ -375,6 +440,25 @@ SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ4_1, kQ4_1)
 SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ5_0, kQ5_0)
 SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ4_K, kQ4_K)
 SPECSAMPLE_INT8_HANDLER(SpecsampleInt8MatmulQ6_K, kQ6_K)
+
+#define SPECSAMPLE_INT8_GREEDY_HANDLER(symbol, packed)                                    \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, specsample::Int8Greedy<specsample::Packed::packed>, \
+                                ffi::Ffi::Bind()                                        \
+                                    .Ctx<ffi::ThreadPool>()                             \
+                                    .Arg<ffi::Buffer<ffi::F32>>()                       \
+                                    .Arg<ffi::Buffer<ffi::U8>>()                        \
+                                    .Ret<ffi::Buffer<ffi::S32>>()                       \
+                                    .Ret<ffi::Buffer<ffi::F32>>()                       \
+                                    .Ret<ffi::Buffer<ffi::F32>>()                       \
+                                    .Attr<int32_t>("passes")                            \
+                                    .Attr<int64_t>("n"));
+SPECSAMPLE_INT8_GREEDY_HANDLER(SpecsampleInt8GreedyQ8_0, kQ8_0)
+SPECSAMPLE_INT8_GREEDY_HANDLER(SpecsampleInt8GreedyQ4_0, kQ4_0)
+SPECSAMPLE_INT8_GREEDY_HANDLER(SpecsampleInt8GreedyQ4_1, kQ4_1)
+SPECSAMPLE_INT8_GREEDY_HANDLER(SpecsampleInt8GreedyQ5_0, kQ5_0)
+SPECSAMPLE_INT8_GREEDY_HANDLER(SpecsampleInt8GreedyQ4_K, kQ4_K)
+SPECSAMPLE_INT8_GREEDY_HANDLER(SpecsampleInt8GreedyQ6_K, kQ6_K)
+#undef SPECSAMPLE_INT8_GREEDY_HANDLER
 #undef SPECSAMPLE_INT8_HANDLER
 
 // The instruction sets this CPU can run the kernels with, as bits 1 << Isa (Isa::kAvx2 = 1,

@@ -211,6 +211,12 @@ struct Lanes<16> {
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
   }
   SPECSAMPLE_LANES_OP Mask Less(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  SPECSAMPLE_LANES_OP bool AnyNan(V v) { return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0; }
+  // The first lane equal to b, or -1.
+  SPECSAMPLE_LANES_OP int FirstEqual(V v, float b) {
+    const unsigned equal = _mm512_cmp_ps_mask(v, _mm512_set1_ps(b), _CMP_EQ_OQ);
+    return equal ? __builtin_ctz(equal) : -1;
+  }
   SPECSAMPLE_LANES_OP Mask NonZeroBytes(const uint8_t* p) {  // lane i: p[i] != 0
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm512_test_epi32_mask(v, v);
@@ -303,6 +309,11 @@ struct Lanes<8> {
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
   }
   SPECSAMPLE_LANES_OP Mask Less(V a, V b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
+  SPECSAMPLE_LANES_OP bool AnyNan(V v) { return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0; }
+  SPECSAMPLE_LANES_OP int FirstEqual(V v, float b) {
+    const unsigned equal = _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(b), _CMP_EQ_OQ));
+    return equal ? __builtin_ctz(equal) : -1;
+  }
   SPECSAMPLE_LANES_OP Mask NonZeroBytes(const uint8_t* p) {
     const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     return _mm256_xor_si256(_mm256_cmpeq_epi32(v, _mm256_setzero_si256()), _mm256_set1_epi32(-1));

@@ -34,11 +34,18 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specsample.core.contract import GreedyTokens, greedy_tokens
+from specsample.core.contract import GreedyTokens
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.decoder_only.network import Block, empty_caches
 from specsample.models.kv_cache import KVCache, causal_mask
-from specsample.models.layers import Embed, Projection, dense_transposed, lookup, stored_blocks
+from specsample.models.layers import (
+  Embed,
+  Projection,
+  dense_transposed,
+  greedy_transposed,
+  lookup,
+  stored_blocks,
+)
 from specsample.models.weights import read_weights
 
 
@@ -124,7 +131,7 @@ class FeatureDraftNetwork(nn.Module):
     logits: -> (GreedyTokens, caches, features [batch, k, d]). The same tokens, ties
     included, as `output_ids` is increasing (`load_feature_draft`)."""
     x, new_caches = self.predict_features(tokens, features, positions, caches, end_index)
-    kept = greedy_tokens(self.kept_logits(x).astype(jnp.float32))  # of [batch, k, output_vocab]
+    kept = greedy_transposed(x, self.output_embedding)  # of [batch, k, output_vocab] logits
     return kept._replace(tokens=self.output_ids[kept.tokens]), new_caches, x
 
 

@@ -15,7 +15,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specsample.kernels import small_k
+from specsample.core.contract import GreedyTokens, greedy_tokens
+from specsample.kernels import int8_blocks, small_k
 from specsample.kernels.matrices import is_block_matrix, weight_matrix
 
 MASK_BIAS = -1e10  # additive bias of masked attention positions (T5X's value)
@@ -35,6 +36,18 @@ def dense_transposed(x: jax.Array, kernel_t) -> jax.Array:
   [..., in] x [out, in] -> [..., out]; `dense(x, kernel_t.T)` would copy the transpose.
   kernel_t may be a block matrix (`dense`)."""
   return weight_matrix(kernel_t, "out_in").matmul(x)
+
+
+def greedy_transposed(x: jax.Array, kernel_t) -> GreedyTokens:
+  """`greedy_tokens(dense_transposed(x, kernel_t))` ([..., in] -> `GreedyTokens` [...]
+  each): what greedy drafting reads of an output layer's logits. With 8-bit activations on
+  CPU one kernel call gives it (`int8_blocks.greedy_matmul`), the logits never leaving it:
+  the same tokens and flags, the top probability to about 1e-6 of XLA's."""
+  matrix = weight_matrix(kernel_t, "out_in")
+  if isinstance(matrix, int8_blocks.Int8BlockMatrix) and int8_blocks.uses_kernel(x.dtype):
+    tokens, best, top = int8_blocks.greedy_matmul(x, matrix)
+    return GreedyTokens(tokens, ~jnp.isfinite(best), top)
+  return greedy_tokens(matrix.matmul(x).astype(jnp.float32))
 
 
 def lookup(embedder: nn.Embed, tokens: jax.Array, dtype) -> jax.Array:

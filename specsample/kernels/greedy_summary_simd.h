@@ -1,0 +1,67 @@
+// What greedy drafting reads of a row of logits, for one instruction set. No include guard:
+// included inside a namespace per instruction set after that namespace defines Vec
+// (Lanes<L>), the macro SPECSAMPLE_SIMD and exp_simd.h's Exp.
+//
+// For logits y [n] (core.sampling's definitions, on one row, nothing depending on other
+// rows): best = max y; token = the lowest index holding it; top = 1 / sum_i exp(y_i - best)
+// (L lanes: element i into lane i % L, in order, compensated, then the lanes by Vec::Sum's
+// fixed tree).
+// A row with a NaN has best NaN, token n - 1 and top NaN; where best is +inf or -inf (every
+// logit -inf) top is NaN too: the caller flags such rows (best not finite).
+SPECSAMPLE_SIMD inline void GreedySummary(const float* y, int64_t n, int32_t* token, float* best,
+                                          float* top) {
+  constexpr int L = Vec::kLanes;
+  const int64_t whole = n / L * L;
+  typename Vec::V maxima = Vec::Broadcast(-std::numeric_limits<float>::infinity());
+  bool nan = false;
+  for (int64_t i = 0; i < whole; i += L) {
+    const typename Vec::V v = Vec::Load(y + i);
+    nan |= Vec::AnyNan(v);
+    maxima = Vec::Max(maxima, v);
+  }
+  float m = Vec::MaxOf(maxima);
+  for (int64_t i = whole; i < n; ++i) {
+    nan |= std::isnan(y[i]);
+    m = std::max(m, y[i]);
+  }
+  if (nan) {
+    *token = static_cast<int32_t>(n - 1);
+    *best = *top = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  *best = m;
+  *token = static_cast<int32_t>(n - 1);
+  for (int64_t i = 0; i < n; i += L) {
+    if (i + L <= n) {
+      const int lane = Vec::FirstEqual(Vec::Load(y + i), m);
+      if (lane >= 0) {
+        *token = static_cast<int32_t>(i + lane);
+        break;
+      }
+      continue;
+    }
+    for (int64_t j = i; j < n; ++j) {
+      if (y[j] == m) {
+        *token = static_cast<int32_t>(j);
+        break;
+      }
+    }
+  }
+  if (!std::isfinite(m)) {
+    *top = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  // Each lane's sum compensated (Kahan): thousands of terms in float32 would otherwise
+  // lose about 1e-6 of the sum.
+  const typename Vec::V shift = Vec::Broadcast(m);
+  typename Vec::V sums = Vec::Zero(), lost = Vec::Zero();
+  for (int64_t i = 0; i < n; i += L) {
+    const typename Vec::Mask lanes = Vec::Tail(n - i);
+    const typename Vec::V e = Exp(Vec::Sub(Vec::Load(y + i, lanes), shift));
+    const typename Vec::V term = Vec::Sub(Vec::Select(lanes, e, Vec::Zero()), lost);
+    const typename Vec::V next = Vec::Add(sums, term);
+    lost = Vec::Sub(Vec::Sub(next, sums), term);
+    sums = next;
+  }
+  *top = 1.0f / Vec::Sum(sums);
+}
