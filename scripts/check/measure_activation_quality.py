@@ -17,10 +17,13 @@ rounding error quantized again, its product added).
 
 `--ablate` measures instead where 8 bits cost the most: the int8 model with one group of
 products at a time given float32 activations (the output layer; every layer's query/key/
-value, output, gate/up or down products; the first or last layers), each group's mean KL
-and top-1 agreement against the exact model on the same teacher-forced positions.
+value, output, gate/up or down products; the first or last layers; a few unions of them),
+each group's mean KL and top-1 agreement against the exact model on the same
+teacher-forced positions. `--ablate-with int8x2` gives each group a second 8-bit pass
+instead (what keeping only those products in two passes would buy).
 
-  python scripts/check/measure_activation_quality.py --ablate [--num-prompts 38]
+  python scripts/check/measure_activation_quality.py --ablate [--ablate-with int8x2] \
+      [--num-prompts 38]
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ def main() -> int:
   parser.add_argument("--max-new-tokens", type=int, default=128)
   parser.add_argument("--out", default=None, help="write the results as JSON here")
   parser.add_argument("--ablate", action="store_true", help="which products cost the most")
+  parser.add_argument(
+    "--ablate-with", choices=["float32", "int8x2"], default="float32",
+    help="--ablate: what a group of products is given (float32 activations or two passes)",
+  )  # fmt: skip
   parser.add_argument(
     "--activations", choices=["int8", "int8x2"], default="int8",
     help="the integer arithmetic compared with the exact one",
@@ -86,7 +93,11 @@ def main() -> int:
   responses = {}
   if args.ablate:
     exact = generate(models["exact"], prompts, max_new_tokens=args.max_new_tokens, sampling=greedy)
-    return ablate(models, prompts, exact.sequences())
+    if args.ablate_with == "int8x2":
+      models["better"] = load_model(path, gguf_blocks=True, activations="int8x2")
+    else:
+      models["better"] = models["exact"]
+    return ablate(models, prompts, exact.sequences(), args.ablate_with)
   for name, model in models.items():
     output = generate(model, prompts, max_new_tokens=args.max_new_tokens, sampling=greedy)
     responses[name] = output.sequences()
@@ -178,7 +189,17 @@ ABLATIONS = {
     path.split("/")[0] in (f"blocks_{LAYERS - 2}", f"blocks_{LAYERS - 1}")
   ),
   "output layer, down": lambda path: path.startswith("embed/") or path.endswith("down/kernel"),
-  "everything (the exact model)": lambda path: True,
+  "query, key, value, output layer": lambda path: (
+    path.startswith("embed/") or path.split("/")[1:2] in (["query"], ["key"], ["value"])
+  ),
+  "query, key, value, gate, up": lambda path: (
+    path.split("/")[1:2] in (["query"], ["key"], ["value"], ["gate"], ["up"])
+  ),
+  "query, key, value, gate, up, output layer": lambda path: (
+    path.startswith("embed/")
+    or path.split("/")[1:2] in (["query"], ["key"], ["value"], ["gate"], ["up"])
+  ),
+  "everything": lambda path: True,
 }
 
 
@@ -195,7 +216,7 @@ def mixed(int8_model, exact_model, float_products):
   return dataclasses.replace(int8_model, params=pick(int8_model.params, exact_model.params, ""))
 
 
-def ablate(models, prompts, responses) -> int:
+def ablate(models, prompts, responses, given) -> int:
   import jax
   import jax.numpy as jnp
   from rich.progress import track
@@ -212,16 +233,18 @@ def ablate(models, prompts, responses) -> int:
     batches.append((tokens, slice(len(prompt) - 1, len(sequence) - 1)))
   reference = [np.asarray(log_probs(models["exact"], t))[0, span] for t, span in batches]
   print(f"{len(prompts)} prompts, {sum(len(r) for r in responses)} positions")
-  print("| products with float32 activations | mean KL | top-1 agreement |")
+  print(f"| products with {given} activations | mean KL | top-1 agreement |")
   print("|---|---|---|")
   for name, rule in ABLATIONS.items():
-    model = mixed(models["int8"], models["exact"], rule)
+    model = mixed(models["int8"], models["better"], rule)
     kls, agree = [], []
     for (tokens, span), p in track(list(zip(batches, reference, strict=True)), description=name):
       q = np.asarray(log_probs(model, tokens))[0, span]
       kls.append(np.sum(np.exp(p) * (p - q), axis=-1))
       agree.append(p.argmax(-1) == q.argmax(-1))
     kl, top1 = np.concatenate(kls), np.concatenate(agree)
+    if name == "everything":
+      name += " (the exact model)" if given == "float32" else f" (the {given} model)"
     print(f"| {name} | {kl.mean():.5f} | {100 * top1.mean():.2f}% |", flush=True)
   return 0
 

@@ -21,7 +21,7 @@ microsecond per operation, so the sums exceed the loops' wall time a little; com
 groups, not totals, with unprofiled timings.
 
   python scripts/dev/profile_loop_ops.py [--prompt TEXT] [--gamma 3] [--max-new-tokens 128] \
-      [--runs 5] [--top 15]
+      [--runs 5] [--top 15] [--group "draft, other"]
 """
 
 from __future__ import annotations
@@ -103,7 +103,11 @@ def profile(runs_of: dict, runs: int) -> list[dict]:
   return [e for e in json.load(gzip.open(trace))["traceEvents"] if e.get("ph") == "X"]
 
 
-def summarize(events, module: str, runs: int, per: float, unit: str, top: int) -> None:
+def summarize(
+  events, module: str, runs: int, per: float, unit: str, top: int, only: str | None = None
+) -> None:
+  """Prints the groups' times per `unit` and the `top` costliest operations (of group
+  `only` alone when given)."""
   names = op_names(module)
   groups, leaves, counts = collections.Counter(), collections.Counter(), collections.Counter()
   for event in events:
@@ -113,7 +117,7 @@ def summarize(events, module: str, runs: int, per: float, unit: str, top: int) -
     if group is None:
       continue
     groups[group] += event["dur"]
-    if group != "prefill":
+    if group != "prefill" and only in (None, group):
       path = names.get(event["name"], event["name"]).split("/while/body/")[-1]
       key = f"{re.sub(r'blocks_[0-9]+', 'blocks_N', path)} ({kind_of(event['name'])})"
       leaves[key] += event["dur"]
@@ -124,7 +128,8 @@ def summarize(events, module: str, runs: int, per: float, unit: str, top: int) -
   loop = sum(d for g, d in groups.items() if g != "prefill")
   print(f"| all of the loop body | {loop / 1e3 / per:.3f} |")
   print(f"| prefill, ms per run | {groups['prefill'] / 1e3 / runs:.2f} |\n")
-  print(f"the {top} costliest operations of the loop body, ms per {unit} (calls per {unit}):")
+  where = "the loop body" if only is None else f"the group {only!r}"
+  print(f"the {top} costliest operations of {where}, ms per {unit} (calls per {unit}):")
   for key, d in leaves.most_common(top):
     print(f"  {d / 1e3 / per:7.3f}  ({counts[key] / per:5.1f})  {key[-120:]}")
   print()
@@ -137,6 +142,7 @@ def main() -> int:
   parser.add_argument("--max-new-tokens", type=int, default=128)
   parser.add_argument("--runs", type=int, default=5)
   parser.add_argument("--top", type=int, default=15)
+  parser.add_argument("--group", choices=GROUPS, default=None, help="list this group's operations")
   args = parser.parse_args()
   pair = load_pair()
   chat = pair.tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
@@ -164,9 +170,9 @@ def main() -> int:
   )
   print("speculative loop")
   summarize(events, LOOPS["speculative"], args.runs, args.runs * iterations,
-            "iteration", args.top)  # fmt: skip
+            "iteration", args.top, args.group)  # fmt: skip
   print("plain loop")
-  summarize(events, LOOPS["plain"], args.runs, args.runs * tokens, "step", args.top)
+  summarize(events, LOOPS["plain"], args.runs, args.runs * tokens, "step", args.top, args.group)
   return 0
 
 
