@@ -487,7 +487,11 @@ def take_rows(matrix: Int8BlockMatrix, ids: jax.Array) -> jax.Array:
     return jnp.take_along_axis(field, index, axis=lane.ndim)
 
   u = dataclasses.replace(
-    u, values=own(u.values), scale=own(u.scale), minimum=own(u.minimum), int_scales=own(u.int_scales)
+    u,
+    values=own(u.values),
+    scale=own(u.scale),
+    minimum=own(u.minimum),
+    int_scales=own(u.int_scales),
   )
   return dequantize_unpacked(u, jnp)[..., 0, :]
 
