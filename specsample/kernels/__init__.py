@@ -12,7 +12,9 @@
   arithmetic: the product of the dequantized weights).
 - `int8_blocks`: `Int8BlockMatrix`, the same blocks repacked for 8-bit activations, and
   `int8_blocks.matmul(x, matrix)`: activations quantized per row in blocks of 32, integer
-  dot products (AVX-512 VNNI, AVX-VNNI, AVX2), as llama.cpp computes.
+  dot products (AVX-512 VNNI, AVX-VNNI, AVX2), as llama.cpp computes;
+  `int8_blocks.greedy_matmul(x, matrix)`: the argmax, maximum and top probability of each
+  row of that product from the same kernel call (a draft's greedy step).
 - `matrices`: `WeightMatrix`, what a layer asks of a weight matrix (`matmul`, `take_rows`,
   `nbytes`), which the plain arrays (wrapped by layout), `BlockMatrix` and
   `Int8BlockMatrix` all give: `weight_matrix(kernel).matmul(x)`.
