@@ -11,6 +11,8 @@ equals plain greedy output of the same arithmetic.
 
 from __future__ import annotations
 
+import dataclasses
+
 import gguf
 import jax
 import jax.numpy as jnp
@@ -159,6 +161,28 @@ def test_the_greedy_summary_is_that_of_the_product_s_logits(format, integer_isa)
   # The tied rows did tie for the maximum: the lowest index was the one taken.
   logits = np.asarray(int8_blocks.matmul(x, tied))
   assert ((logits == logits.max(-1, keepdims=True)).sum(-1) == 2).any()
+
+
+@requires_kernel
+@pytest.mark.parametrize("format", ["q8_0", "q4_1"])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_a_nan_in_a_row_makes_that_row_s_products_nan(format, passes, integer_isa):
+  # A NaN must not vanish into a finite 8-bit block (the block maximum would skip it):
+  # its row's products are all NaN, as the NumPy reference's, and the greedy summary
+  # flags the row; the other rows are untouched.
+  packed, _, x = _packed_and_x(8, 40, 96, format, 3)
+  packed = dataclasses.replace(packed, passes=passes)
+  x[1, 70] = np.nan
+  y = np.asarray(jax.jit(int8_blocks.matmul)(x, packed))
+  with np.errstate(invalid="ignore"):
+    reference = int8_blocks.reference_matmul(
+      x, np.asarray(packed.packed), format, packed.rows, passes=passes
+    )
+  assert np.isnan(y[1]).all() and np.isfinite(y[[0, 2]]).all()
+  np.testing.assert_array_equal(y, reference)
+  _, best, _ = jax.jit(int8_blocks.greedy_matmul)(x, packed)
+  best = np.asarray(best)
+  assert np.isnan(best[1]) and np.isfinite(best[[0, 2]]).all()
 
 
 def test_the_greedy_summary_without_the_kernel(monkeypatch):

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "small_k_matmul.h"
 
@@ -167,7 +168,10 @@ struct Int512Vnni {
     const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
     const __m512 a0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v0), magnitude));
     const __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v1), magnitude));
-    const float dx = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) / 127.0f;
+    // A NaN makes dx NaN, so every product of the row is NaN (max would drop it).
+    const bool nan = (_mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q)) != 0;
+    const float dx = nan ? std::numeric_limits<float>::quiet_NaN()
+                         : _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) / 127.0f;
     const __m512 inverse = _mm512_set1_ps(dx != 0.0f ? 1.0f / dx : 0.0f);
     const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inverse));
     const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inverse));
@@ -241,11 +245,13 @@ struct Int256Base {
     const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
     __m256 v[4];
     __m256 amax = _mm256_setzero_ps();
+    int nan = 0;
     for (int i = 0; i < 4; ++i) {
       v[i] = _mm256_loadu_ps(x + 8 * i);
       amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], magnitude));
+      nan |= _mm256_movemask_ps(_mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
     }
-    const float dx = F::MaxOf(amax) / 127.0f;
+    const float dx = nan ? std::numeric_limits<float>::quiet_NaN() : F::MaxOf(amax) / 127.0f;
     const __m256 inverse = _mm256_set1_ps(dx != 0.0f ? 1.0f / dx : 0.0f);
     V qi[4];
     for (int i = 0; i < 4; ++i) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inverse));
