@@ -5,7 +5,8 @@ the file's bytes) into an `Int8BlockMatrix`, and `matmul(x, matrix)` computes x 
 way llama.cpp does, with each row of x quantized to 8 bits:
 
 1. each row of x, on its own, in blocks of 32 numbers: dx = max |x| / 127, q = x * (1 / dx)
-   rounded to the nearest integer (ties to even), int8 (`quantize_rows`);
+   rounded to the nearest integer (ties to even), int8 (`quantize_rows`; a block holding a
+   NaN has dx NaN, so its row's products are NaN);
 2. per block of 32 weights, the integer sum isum = sum_i (u_i - offset) * q_i of the
    weights' stored unsigned values u (Q8_0: int8 + 128, offset 128; Q4_0: offset 8; Q4_1
    and Q4_K: 0; Q5_0: 16; Q6_K: 32, and its two groups of 16 multiplied by their int8
