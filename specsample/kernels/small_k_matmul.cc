@@ -8,13 +8,17 @@
 // with 1 <= k <= kMaxRows, the work split over XLA's intra-op thread pool, and the kernels
 // of one instruction set: the best this CPU has, or the one small_k.py asks for
 // (SpecsampleSmallKMatmulUseIsa, from the environment variable SPECSAMPLE_SMALL_K_ISA).
+// The products with 8-bit activations (int8_matmul.h; specsample/kernels/int8_blocks.py):
+//   "specsample_int8_matmul_<format>":  x f32 [k, d], packed u8 -> y f32 [k, n]
+//   "specsample_int8_greedy_<format>":  x f32 [k, d], packed u8 -> each row's argmax s32 [k],
+//                                       maximum f32 [k] and top probability f32 [k]
 #include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <limits>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
