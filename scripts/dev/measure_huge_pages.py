@@ -17,9 +17,7 @@ import ctypes
 import sys
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from measure_step_parts import CALLS, step_program  # scripts/dev, beside this script
+from measure_step_parts import CALLS, step_programs  # scripts/dev, beside this script
 from measuring import gguf_target, ms_per_call
 
 from specsample.bundled import smollm2_target_path
@@ -59,13 +57,7 @@ def main() -> int:
   }
   collapsed, tried = move_to_huge_pages(models["2 MB pages"])
   print(f"the second copy's weights: {collapsed} of {tried} 2 MB chunks on huge pages")
-  prompt = jnp.asarray(np.random.default_rng(0).integers(100, 40000, (1, args.context)), jnp.int32)
-  calls, names = [], []
-  for name, model in models.items():
-    state, _ = model.init_state(prompt, jnp.asarray([args.context], jnp.int32), 16)
-    for k in args.k:
-      calls.append(step_program(model, state, k))
-      names.append((name, k))
+  calls, names = step_programs(models, args.context, args.k)
   ms = ms_per_call(calls, names, args.repeats, CALLS)
   print(f"context {args.context}, ms per step, medians of {args.repeats}")
   print("| pages | " + " | ".join(f"k = {k}" for k in args.k) + " |")

@@ -48,6 +48,19 @@ def step_program(model, state, k: int):
   return lambda: run(state)
 
 
+def step_programs(models: dict, context: int, ks) -> tuple[list, list]:
+  """(programs, names (name, k)): `step_program` of each of `models` ({name: model}) for
+  each k, over one random prompt of `context` tokens (batch 1)."""
+  prompt = jnp.asarray(np.random.default_rng(0).integers(100, 40000, (1, context)), jnp.int32)
+  calls, names = [], []
+  for name, model in models.items():
+    state, _ = model.init_state(prompt, jnp.asarray([context], jnp.int32), 16)
+    for k in ks:
+      calls.append(step_program(model, state, k))
+      names.append((name, k))
+  return calls, names
+
+
 def products_program(matrices, k: int):
   product = {blocks.BlockMatrix: blocks.matmul, int8_blocks.Int8BlockMatrix: int8_blocks.matmul}
   widest = max(m.shape[1] for m in matrices)
@@ -78,13 +91,8 @@ def main() -> int:
   models = {c: model.replace(config=model.config.replace(cache_dtype=c)) for c in caches}
   is_block = lambda leaf: isinstance(leaf, BLOCK_MATRICES)  # noqa: E731
   matrices = [m for m in jax.tree.leaves(model.params, is_leaf=is_block) if is_block(m)]
-  prompt = jnp.asarray(np.random.default_rng(0).integers(100, 40000, (1, args.context)), jnp.int32)
-  calls, names = [], []
-  for cache, m in models.items():
-    state, _ = m.init_state(prompt, jnp.asarray([args.context], jnp.int32), 16)
-    for k in args.k:
-      calls.append(step_program(m, state, k))
-      names.append(("step", cache, k))
+  calls, steps = step_programs(models, args.context, args.k)
+  names = [("step", cache, k) for cache, k in steps]
   for k in args.k:
     calls.append(products_program(matrices, k))
     names.append(("products", None, k))
