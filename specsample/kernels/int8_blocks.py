@@ -617,11 +617,18 @@ def matmul(x: jax.Array, matrix: Int8BlockMatrix) -> jax.Array:
     raise ValueError(f"int8 block matmul: x {x.shape} against a [{out}, {features}] matrix")
   if not uses_kernel(x.dtype):
     return xla_matmul(x, matrix)
-  rows = x.reshape(-1, features)  # [rows, in]
-  step = small_k.MAX_ROWS
-  parts = [_kernel_call(rows[i : i + step], matrix) for i in range(0, rows.shape[0], step)]
-  y = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=0)
+  y = _in_calls(_kernel_call, x.reshape(-1, features), matrix)  # [rows, out]
   return y.reshape(*x.shape[:-1], out)
+
+
+def _in_calls(call, rows: jax.Array, matrix: Int8BlockMatrix):
+  """call(rows, matrix) over rows [k, in] in calls of up to small_k.MAX_ROWS rows, the
+  results (arrays [rows, ...] or tuples of them) joined along the rows."""
+  step = small_k.MAX_ROWS
+  parts = [call(rows[i : i + step], matrix) for i in range(0, rows.shape[0], step)]
+  if len(parts) == 1:
+    return parts[0]
+  return jax.tree.map(lambda *chunks: jnp.concatenate(chunks, axis=0), *parts)
 
 
 # ---------------------------------------------------------------------------------------
@@ -670,11 +677,5 @@ def greedy_matmul(x: jax.Array, matrix: Int8BlockMatrix) -> tuple[jax.Array, jax
     raise ValueError(f"int8 block greedy matmul: x {x.shape} against a [{out}, {features}] matrix")
   if not uses_kernel(x.dtype):
     return _greedy_of_logits(xla_matmul(x, matrix))
-  rows = x.reshape(-1, features)  # [rows, in]
-  step = small_k.MAX_ROWS
-  parts = [_greedy_kernel_call(rows[i : i + step], matrix) for i in range(0, rows.shape[0], step)]
-  if len(parts) == 1:
-    joined = parts[0]
-  else:
-    joined = tuple(jnp.concatenate(column, axis=0) for column in zip(*parts, strict=True))
+  joined = _in_calls(_greedy_kernel_call, x.reshape(-1, features), matrix)  # [rows] each
   return tuple(a.reshape(x.shape[:-1]) for a in joined)

@@ -42,7 +42,7 @@ def greedy_transposed(x: jax.Array, kernel_t) -> GreedyTokens:
   """`greedy_tokens(dense_transposed(x, kernel_t))` ([..., in] -> `GreedyTokens` [...]
   each): what greedy drafting reads of an output layer's logits. With 8-bit activations on
   CPU one kernel call gives it (`int8_blocks.greedy_matmul`), the logits never leaving it:
-  the same tokens and flags, the top probability to about 1e-6 of XLA's."""
+  the same tokens and flags, the top probability within 2e-6 of XLA's."""
   matrix = weight_matrix(kernel_t, "out_in")
   if isinstance(matrix, int8_blocks.Int8BlockMatrix) and int8_blocks.uses_kernel(x.dtype):
     tokens, best, top = int8_blocks.greedy_matmul(x, matrix)
