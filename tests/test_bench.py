@@ -148,6 +148,11 @@ def test_report_files(report, tmp_path):
   assert data["phases"][0]["draft_per_iteration"] == pytest.approx(
     report.phases[0].draft_per_iteration
   )
+  costs = report.costs
+  assert data["phases"][0]["efficiency_without_prefill"] == pytest.approx(
+    report.phases[0].efficiency_without_prefill(costs.draft_seconds, costs.target_seconds),
+    nan_ok=True,
+  )
   point = data["sweep"][0]
   for key in ("speedup", "efficiency", "predicted_paper", "predicted_with_r", "alpha"):
     assert key in point

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import pytest
 
@@ -164,6 +166,14 @@ def test_bench_and_eval_speedups_are_per_token():
   )  # fmt: skip
   assert phases.speedup == pytest.approx(13.2 / 14.6)
   assert phases.speedup_without_prefill == pytest.approx((0.214 / 20) / (1.214 / 90))
+  # The cost model at the runs' 90 / 40 tokens per call: 2 draft calls and a 3-row call.
+  target_seconds = {1: 0.01, 3: 0.012}
+  predicted = (90 / 40) * 0.01 / (2 * 0.001 + 0.012)
+  assert phases.predicted_without_prefill(0.001, target_seconds) == pytest.approx(predicted)
+  assert phases.efficiency_without_prefill(0.001, target_seconds) == pytest.approx(
+    (0.214 / 20) / (1.214 / 90) / predicted
+  )
+  assert math.isnan(phases.predicted_without_prefill(0.001, {1: 0.01}))
   record = {
     "accepted": 10, "rejected": 5, "iterations": 10, "target_seconds": 0.264,
     "speculative_seconds": 1.314, "target_tokens": 20, "speculative_tokens": 90,

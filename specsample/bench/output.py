@@ -45,6 +45,13 @@ def report_dict(report: PairReport, **context) -> dict:
         "model_draft_per_iteration": p.gamma * costs.draft_seconds,
         "model_verify_per_iteration": costs.target_seconds.get(p.gamma + 1),
         "model_step_per_token": costs.target_seconds[1],
+        "tokens_per_iteration": p.tokens_per_iteration,
+        "predicted_without_prefill": p.predicted_without_prefill(
+          costs.draft_seconds, costs.target_seconds
+        ),
+        "efficiency_without_prefill": p.efficiency_without_prefill(
+          costs.draft_seconds, costs.target_seconds
+        ),
       }
       for p in report.phases
     ],
@@ -150,16 +157,18 @@ def phase_table(report: PairReport) -> list[str]:
   lines = [
     "Where the time goes (batch 1, measured best gamma, on the first "
     f"{phase_prompts} prompts; ms; the cost "
-    "model's charge in brackets; `bench.phases`):",
+    "model's charge in brackets; `bench.phases`; efficiency: S without prefill over the "
+    "cost model's speedup at the same tokens per call):",
     "",
     "| T | gamma | draft phase / iteration | verify / iteration | bookkeeping / iteration "
     "| plain step / token | plain bookkeeping / token | prefill / prompt "
-    "| S | S without prefill |",
-    "|---|---|---|---|---|---|---|---|---|---|",
+    "| S | S without prefill | tokens / call | model without prefill | efficiency |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
   ]
   for p in report.phases:
     verify_model = costs.target_seconds.get(p.gamma + 1)
     verify_model = f" ({1e3 * verify_model:.2f})" if verify_model else ""
+    predicted = p.predicted_without_prefill(costs.draft_seconds, costs.target_seconds)
     lines.append(
       f"| {p.temperature:g} | {p.gamma} | {1e3 * p.draft_per_iteration:.2f} "
       f"({1e3 * p.gamma * costs.draft_seconds:.2f}) | {1e3 * p.verify_per_iteration:.2f}"
@@ -167,7 +176,8 @@ def phase_table(report: PairReport) -> list[str]:
       f"{1e3 * p.step_per_token:.2f} ({1e3 * costs.target_seconds[1]:.2f}) | "
       f"{1e3 * p.autoregressive_bookkeeping_per_token:.2f} (0) | "
       f"{1e3 * p.prefill_seconds / phase_prompts:.2f} | {p.speedup:.2f}x | "
-      f"{p.speedup_without_prefill:.2f}x |"
+      f"{p.speedup_without_prefill:.2f}x | {p.tokens_per_iteration:.2f} | "
+      f"{predicted:.2f}x | {p.speedup_without_prefill / predicted:.2f} |"
     )
   return lines
 

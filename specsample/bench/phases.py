@@ -105,6 +105,28 @@ class PhaseBreakdown:
       self.speculative_seconds - self.prefill_seconds, self.speculative_tokens,
     )  # fmt: skip
 
+  @property
+  def tokens_per_iteration(self) -> float:
+    """Tokens generated per target call (lookup, drafts and the target's own token)."""
+    return self.speculative_tokens / self.iterations
+
+  def predicted_without_prefill(self, draft_seconds: float, target_seconds: dict[int, float]):
+    """The cost model's speedup at these runs' tokens per iteration:
+    E[n + 1] t_target(1) / (gamma t_draft(1) + t_target(gamma + 1)), with the measured
+    single-call times (target_seconds: k -> t_target(k)); NaN without t_target(gamma + 1)."""
+    verify = target_seconds.get(self.gamma + 1)
+    if verify is None:
+      return float("nan")
+    return self.tokens_per_iteration * target_seconds[1] / (self.gamma * draft_seconds + verify)
+
+  def efficiency_without_prefill(self, draft_seconds: float, target_seconds: dict[int, float]):
+    """The loop at its cost model: the speedup with both prefills taken out over
+    `predicted_without_prefill`. 1 when the loop pays only the calls the model charges; the
+    draft phase's excess (catch-up, lookup) and the bookkeeping take it below."""
+    return self.speedup_without_prefill / self.predicted_without_prefill(
+      draft_seconds, target_seconds
+    )
+
 
 def phase_breakdown(
   target,
