@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -141,6 +142,12 @@ def test_generation_batches_sample_every_fourth_prompt_and_keep_their_ids():
     assert all((i % 4 == 3) == (temperature == 1.0) for i, _ in rows)
   again = sd.generation_batches(prompts, Tokenizer(), 8, 0, batch_id=lambda t, s: f"{t:g}/{s}")
   assert batches == again
+
+
+def test_the_fit_sample_takes_sampled_training_responses_spread_over_the_store():
+  items = [SimpleNamespace(temperature=1.0 if i % 4 == 3 else 0.0, index=i) for i in range(40)]
+  assert [s.index for s in fd.fit_sample(items, 5)] == [3, 11, 19, 27, 35]  # every 2nd of 10
+  assert [s.index for s in fd.fit_sample(items, 50)] == list(range(3, 40, 4))  # all there are
 
 
 def test_every_twentieth_prompt_validates():
@@ -372,6 +379,12 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   assert scores["tokens"] == baseline["scores"]["all"]["tokens"] == responses > 0
   assert len(scores["by_step"]) == 3
   np.testing.assert_allclose(baseline["scores"]["all"]["by_step"], scores["by_step"], atol=0.05)
+  # and the draft on as many sampled training responses: the fit gap
+  fit = sd.read_json(os.path.join(work, "validation_train.json"))
+  sampled = fd.fit_sample(train, len(validation))
+  assert fit["sequences"] == len(sampled) > 0 and all(s.temperature > 0 for s in sampled)
+  assert fit["scores"]["all"]["tokens"] == sum(len(s.tokens) - s.prompt_length for s in sampled)
+  assert len(fit["scores"]["all"]["by_step"]) == 3
   empty = ResponseStore(str(tmp_path / "empty"))
   with pytest.raises(sd.StageError, match="holds no responses"):
     run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(options, store=empty.root)))

@@ -314,12 +314,16 @@ def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_targ
   finished or a cut training) beside the draft it is measured against (--init-from's,
   else the bundle's feature draft), on the same sequences scored against the target's
   greedy tokens: work/validation.json (as the train stage writes it) and
-  work/validation_baseline.json. -> {"draft": scores, "baseline": scores}."""
+  work/validation_baseline.json; and the draft's agreement on as many sampled training
+  responses (`fit_sample`), work/validation_train.json: the gap between the two says
+  whether more data (a large gap) or a larger draft or more steps (none) would help.
+  -> {"draft": scores, "baseline": scores, "train": scores}."""
   draft, step = checkpoint_draft(options, lambda: target, "validate")
   baseline_path = options.init_from or os.path.join(options.bundle, "feature_draft")
   baseline = fused_draft(baseline_path, target, feature_layers(options), "validate")
-  _, validation = load_sequences(options, tokenizer)
+  train, validation = load_sequences(options, tokenizer)
   validation = scored_validation(options, validation, feature_target)
+  fit = scored_validation(options, fit_sample(train, len(validation)), feature_target)
   log(f"validate: the draft at step {step} against {baseline_path} on {len(validation)} "
       "held-out sequences")  # fmt: skip
   scores = write_validation(options.work, lambda items: df.agreement(draft, items, steps=3),
@@ -329,7 +333,20 @@ def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_targ
   write_json(os.path.join(options.work, "validation_baseline.json"),
              {"draft": baseline_path, "scores": base}, indent=1)  # fmt: skip
   log(f"validate: {baseline_path} {json.dumps(base['all'])}")
-  return {"draft": scores, "baseline": base}
+  seen = agreement_by_task(lambda items: df.agreement(draft, items, steps=3), fit,
+                           lambda s: s.task)  # fmt: skip
+  write_json(os.path.join(options.work, "validation_train.json"),
+             {"sequences": len(fit), "step": step, "scores": seen}, indent=1)  # fmt: skip
+  log(f"validate: the draft on {len(fit)} sampled training responses {json.dumps(seen['all'])}")
+  return {"draft": scores, "baseline": base, "train": seen}
+
+
+def fit_sample(train: list, count: int) -> list:
+  """`count` of the training sequences sampled at temperature > 0, as every held-out
+  response is, spread evenly over them (the store's order mixes the tasks)."""
+  sampled = [s for s in train if s.temperature > 0]
+  stride = max(1, len(sampled) // max(count, 1))
+  return sampled[::stride][:count]
 
 
 # ---------------------------------------------------------------- 5. export; the stages
