@@ -15,6 +15,7 @@ import numpy as np
 import optax
 import pytest
 
+from specsample import SamplingConfig, generate
 from specsample.checkpoints.feature_draft import load_feature_draft, save_feature_draft
 from specsample.data.chat_prompts import ChatPrompt, write_jsonl
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
@@ -22,6 +23,7 @@ from specsample.train import distill_decoder as dd
 from specsample.train import distill_features as df
 from specsample.train import feature_draft_card as feature_card
 from specsample.train import feature_draft_recipe as fd
+from specsample.train import held_out
 from specsample.train import pipeline_data as sd
 from specsample.train import token_draft_recipe as td
 from specsample.train.feature_draft_options import DEFAULT_STAGES
@@ -146,8 +148,32 @@ def test_generation_batches_sample_every_fourth_prompt_and_keep_their_ids():
 
 def test_the_fit_sample_takes_sampled_training_responses_spread_over_the_store():
   items = [SimpleNamespace(temperature=1.0 if i % 4 == 3 else 0.0, index=i) for i in range(40)]
-  assert [s.index for s in fd.fit_sample(items, 5)] == [3, 11, 19, 27, 35]  # every 2nd of 10
-  assert [s.index for s in fd.fit_sample(items, 50)] == list(range(3, 40, 4))  # all there are
+  assert [s.index for s in held_out.fit_sample(items, 5)] == [3, 11, 19, 27, 35]  # every 2nd of 10
+  assert [s.index for s in held_out.fit_sample(items, 50)] == list(range(3, 40, 4))  # all there are
+
+
+def test_greedy_held_out_gives_each_prompt_its_greedy_response_alone(target):
+  rng = np.random.default_rng(3)
+  sequences = [
+    df.FeatureSequence(
+      tokens=rng.integers(2, TARGET.vocab_size, length + 5).astype(np.int32),
+      features=None,
+      prompt_length=length,
+      task=TASKS[i % 3],
+      temperature=1.0,
+      index=20 * i,
+    )  # fmt: skip
+    for i, length in enumerate([9, 70, 3, 40, 66])  # widths 64 and 128, a short last batch
+  ]
+  greedy = held_out.greedy_held_out(target, sequences, max_new_tokens=6, batch_size=2)
+  for s, g in zip(sequences, greedy, strict=True):
+    prompt = s.tokens[: s.prompt_length]
+    alone = generate(target, prompt[None], max_new_tokens=6, sampling=SamplingConfig(0.0))
+    response = np.asarray(alone.tokens)[0, : int(alone.lengths[0])]
+    assert g.tokens.tolist() == [*prompt.tolist(), *response.tolist()]
+    assert (g.prompt_length, g.task, g.index, g.temperature) == (s.prompt_length, s.task,
+                                                                   s.index, 0.0)  # fmt: skip
+    assert g.features is None and g.target_next is None
 
 
 def test_every_twentieth_prompt_validates():
@@ -381,10 +407,16 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   np.testing.assert_allclose(baseline["scores"]["all"]["by_step"], scores["by_step"], atol=0.05)
   # and the draft on as many sampled training responses: the fit gap
   fit = sd.read_json(os.path.join(work, "validation_train.json"))
-  sampled = fd.fit_sample(train, len(validation))
+  sampled = held_out.fit_sample(train, len(validation))
   assert fit["sequences"] == len(sampled) > 0 and all(s.temperature > 0 for s in sampled)
   assert fit["scores"]["all"]["tokens"] == sum(len(s.tokens) - s.prompt_length for s in sampled)
   assert len(fit["scores"]["all"]["by_step"]) == 3
+  # both drafts on the target's greedy responses to the held-out prompts
+  on_greedy = sd.read_json(os.path.join(work, "validation_greedy.json"))
+  assert on_greedy["sequences"] == len(validation)
+  for name in ("draft", "baseline"):
+    scores_of = on_greedy["scores"][name]["all"]
+    assert scores_of["tokens"] > 0 and len(scores_of["by_step"]) == 3
   empty = ResponseStore(str(tmp_path / "empty"))
   with pytest.raises(sd.StageError, match="holds no responses"):
     run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(options, store=empty.root)))

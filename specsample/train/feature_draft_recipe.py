@@ -58,6 +58,7 @@ from specsample.train.feature_draft_options import (
   load_sequences,
   shard_directory,
 )
+from specsample.train.held_out import fit_sample, greedy_held_out
 from specsample.train.optim import make_optimizer
 from specsample.train.pipeline import PipelineRun
 from specsample.train.pipeline_data import (
@@ -314,16 +315,18 @@ def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_targ
   finished or a cut training) beside the draft it is measured against (--init-from's,
   else the bundle's feature draft), on the same sequences scored against the target's
   greedy tokens: work/validation.json (as the train stage writes it) and
-  work/validation_baseline.json; and the draft's agreement on as many sampled training
-  responses (`fit_sample`), work/validation_train.json: the gap between the two says
-  whether more data (a large gap) or a larger draft or more steps (none) would help.
-  -> {"draft": scores, "baseline": scores, "train": scores}."""
+  work/validation_baseline.json. Then both drafts on the target's greedy responses to the
+  same prompts (`held_out.greedy_held_out`), work/validation_greedy.json, and the draft on
+  as many sampled training responses (`held_out.fit_sample`), work/validation_train.json.
+  -> {"draft": scores, "baseline": scores, "greedy": {"draft", "baseline"}, "train": scores}."""
   draft, step = checkpoint_draft(options, lambda: target, "validate")
   baseline_path = options.init_from or os.path.join(options.bundle, "feature_draft")
   baseline = fused_draft(baseline_path, target, feature_layers(options), "validate")
   train, validation = load_sequences(options, tokenizer)
   validation = scored_validation(options, validation, feature_target)
   fit = scored_validation(options, fit_sample(train, len(validation)), feature_target)
+  greedy = greedy_held_out(feature_target, validation, response_limit(options))
+  greedy = scored_validation(options, greedy, feature_target)
   log(f"validate: the draft at step {step} against {baseline_path} on {len(validation)} "
       "held-out sequences")  # fmt: skip
   scores = write_validation(options.work, lambda items: df.agreement(draft, items, steps=3),
@@ -333,20 +336,32 @@ def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_targ
   write_json(os.path.join(options.work, "validation_baseline.json"),
              {"draft": baseline_path, "scores": base}, indent=1)  # fmt: skip
   log(f"validate: {baseline_path} {json.dumps(base['all'])}")
+  on_greedy = {
+    name: agreement_by_task(lambda items, m=model: df.agreement(m, items, steps=3), greedy,
+                            lambda s: s.task)
+    for name, model in (("draft", draft), ("baseline", baseline))
+  }  # fmt: skip
+  write_json(os.path.join(options.work, "validation_greedy.json"),
+             {"sequences": len(greedy), "step": step, "baseline": baseline_path,
+              "scores": on_greedy}, indent=1)  # fmt: skip
+  log(f"validate: on the target's greedy responses {json.dumps(on_greedy['draft']['all'])}, "
+      f"{baseline_path} {json.dumps(on_greedy['baseline']['all'])}")  # fmt: skip
   seen = agreement_by_task(lambda items: df.agreement(draft, items, steps=3), fit,
                            lambda s: s.task)  # fmt: skip
   write_json(os.path.join(options.work, "validation_train.json"),
              {"sequences": len(fit), "step": step, "scores": seen}, indent=1)  # fmt: skip
   log(f"validate: the draft on {len(fit)} sampled training responses {json.dumps(seen['all'])}")
-  return {"draft": scores, "baseline": base, "train": seen}
+  return {"draft": scores, "baseline": base, "greedy": on_greedy, "train": seen}
 
 
-def fit_sample(train: list, count: int) -> list:
-  """`count` of the training sequences sampled at temperature > 0, as every held-out
-  response is, spread evenly over them (the store's order mixes the tasks)."""
-  sampled = [s for s in train if s.temperature > 0]
-  stride = max(1, len(sampled) // max(count, 1))
-  return sampled[::stride][:count]
+def response_limit(options: FeatureDraftOptions) -> int:
+  """The longest response the training data's generation allowed: the store's (live
+  features), else the generate stage's option."""
+  if options.features == "live":
+    from specsample.train.response_store import ResponseStore
+
+    return ResponseStore(options.store).settings().max_new_tokens
+  return options.max_new_tokens
 
 
 # ---------------------------------------------------------------- 5. export; the stages
