@@ -417,6 +417,21 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   for name in ("draft", "baseline"):
     scores_of = on_greedy["scores"][name]["all"]
     assert scores_of["tokens"] > 0 and len(scores_of["by_step"]) == 3
+  # the card of a store's draft: its data and the validate stage's three sets
+  bench_prompts = str(tmp_path / "bench_prompts.jsonl")
+  write_jsonl([ChatPrompt("chat", "open file", ""), ChatPrompt("rewrite", "beta", "")],
+              bench_prompts)  # fmt: skip
+  run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(
+    options, stages="card", bench_prompts=bench_prompts,
+    bench_reports=write_bench_reports(tmp_path))))  # fmt: skip
+  with open(os.path.join(options.bundle, "feature_draft", "MODEL_CARD.md")) as f:
+    card = f.read()
+  stored = store.summary()
+  assert f"- Data: the on-policy response store `{store.root}`" in card
+  assert f"generated in {round(stored['seconds'] / 60, 1)} min" in card
+  greedy_steps = " / ".join(f"{x:.3f}" for x in on_greedy["scores"]["draft"]["all"]["by_step"])
+  assert f"| the target's greedy responses to the held-out prompts | {greedy_steps} |" in card
+  assert "| sampled training responses | " in card and "generated in None" not in card
   empty = ResponseStore(str(tmp_path / "empty"))
   with pytest.raises(sd.StageError, match="holds no responses"):
     run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(options, store=empty.root)))

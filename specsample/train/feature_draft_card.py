@@ -93,14 +93,16 @@ def training_facts(
       raise StageError(f"card: no training log ({log_path}) and no training facts in "
                        f"{directory}/metrics.json: run the train stage first")  # fmt: skip
     log(f"card: no {log_path}; training facts kept from {directory}/metrics.json")
-    facts = {k: kept[k] for k in ("data", "training", "validation_agreement")}
+    keys = ("data", "training", "validation_agreement", "validation_overall",
+            "validation_baseline")  # fmt: skip
+    facts = {k: kept[k] for k in keys if k in kept}
     if options.card_note:
       facts["training"] = {**facts["training"], "note": options.card_note}
     return facts
   train_log = read_json(log_path)
   previous = read_json(options.previous_log) if options.previous_log else {}
   vocab = read_json(os.path.join(options.work, "vocab.json"))
-  generation = read_json(os.path.join(options.work, "generation.json"))
+  generation = read_json(os.path.join(options.work, "generation.json")) or store_facts(options)
   continued = {}  # the draft keeps tokens other than the vocabulary stage's
   if output_ids is not None and set(vocab.get("ids", [])) != set(output_ids.tolist()):
     continued = {"kept_token_coverage": kept_token_coverage(options, output_ids, tokenizer)}
@@ -115,7 +117,38 @@ def training_facts(
                  "init_from": (train_log.get("settings") or {}).get("init_from"),
                  **({"note": options.card_note} if options.card_note else {})},
     "validation_agreement": read_json(os.path.join(options.work, "validation.json")),
+    **validation_sets(options.work),
   }  # fmt: skip
+
+
+def store_facts(options: FeatureDraftOptions) -> dict:
+  """What the card says of a response store's data (live features), {} for shards."""
+  if options.features != "live":
+    return {}
+  from specsample.train.response_store import ResponseStore
+
+  summary = ResponseStore(options.store).summary()
+  return {"store": options.store, "store_responses": summary["responses"],
+          "generation_minutes": round(summary["seconds"] / 60, 1)}  # fmt: skip
+
+
+def validation_sets(work: str) -> dict:
+  """The validate stage's agreement of the whole held-out set beyond validation.json, where
+  it ran: {"validation_overall": {set: {"draft", "baseline"}: by_step}, "baseline": path}."""
+  sampled = read_json(os.path.join(work, "validation.json")).get("all")
+  baseline = read_json(os.path.join(work, "validation_baseline.json"))
+  greedy = read_json(os.path.join(work, "validation_greedy.json"))
+  train = read_json(os.path.join(work, "validation_train.json"))
+  if not (sampled and baseline and greedy and train):
+    return {}
+  scores = greedy["scores"]
+  return {"validation_overall": {
+    "held-out responses (sampled)": {"draft": sampled["by_step"],
+                                     "baseline": baseline["scores"]["all"]["by_step"]},
+    "the target's greedy responses to the held-out prompts": {
+      "draft": scores["draft"]["all"]["by_step"], "baseline": scores["baseline"]["all"]["by_step"]},
+    "sampled training responses": {"draft": train["scores"]["all"]["by_step"]},
+  }, "validation_baseline": baseline["draft"]}  # fmt: skip
 
 
 def stored_parameter_count(directory: str) -> int:
@@ -234,6 +267,8 @@ def card_text(metrics: dict) -> str:
     coverage += (f" (chosen from this data; the draft keeps the {d['output_vocab_size']} "
                  f"tokens of the draft it continues, which cover {share:.1%})")  # fmt: skip
   record = f"\n\n{t['note']}" if t.get("note") else ""
+  prompts_text, data_text = data_texts(data, first)
+  overall = overall_text(m)
   machine = m.get("machine") or {}
   machine_text = f"{machine.get('cpu')}, {machine.get('cpu_cores')} cores, jax {machine.get('jax')}"
 
@@ -291,16 +326,11 @@ predictions (teacher-forced tokens; with the cache of a real drafted block):
 | task | step 1 | step 2 | step 3 | tokens |
 |---|---|---|---|---|
 {rows}
-
+{overall}
 ## Data and training
 
-- Prompts: the train split of `specsample.data.chat_prompts` (this machine's own text:
-  standard-library code and docstrings, man pages, gettext messages, license texts, chat
-  templates); the bench prompts come from held-out sources.
-- Data: the target's responses (greedy; temperature 1 for every 4th prompt; up to
-  {settings["max_new_tokens"]} tokens) and its features at every position of prompt +
-  response: {data.get("sequences")} training sequences, {data.get("positions")} positions
-  ({data.get("response_tokens")} response tokens), generated in {data.get("generation_minutes")} min.
+{prompts_text}
+{data_text}
 - Output vocabulary coverage of validation response tokens by size: {coverage}.
 - Loss per position: smooth-L1 between the predicted and the target's feature + {settings["cls_weight"]}
   x cross-entropy from the target's next-token distribution over the kept tokens (both
@@ -323,6 +353,52 @@ predictions (teacher-forced tokens; with the cache of a real drafted block):
   (no adaptive lengths or trees), and is not a Hugging Face model.
 - Tokens outside the {d["output_vocab_size"]} kept ones are never proposed.
 """  # noqa: E501
+
+
+def data_texts(data: dict, settings: dict) -> tuple[str, str]:
+  """The card's Prompts and Data bullets: of a response store (live features) or of a work
+  directory's shards."""
+  if data.get("store"):
+    return (
+      "- Prompts: the train split of `specsample.data.chat_prompts` in the proportions of "
+      "its `TRAINING_MIX`,\n  which covers every Spec-Bench category; the bench prompts "
+      "and Spec-Bench's stay out.",
+      f"- Data: the on-policy response store `{data['store']}` (the target's responses: "
+      "greedy;\n  temperature 1 for every 4th prompt): "
+      f"{data.get('sequences')} training sequences, {data.get('positions')} positions\n"
+      f"  ({data.get('response_tokens')} response tokens), generated in "
+      f"{data.get('generation_minutes')} min. The target's features are\n  recomputed "
+      "for each training batch (a teacher-forced pass) and never stored.",
+    )
+  return (
+    "- Prompts: the train split of `specsample.data.chat_prompts` (this machine's own "
+    "text:\n  standard-library code and docstrings, man pages, gettext messages, license "
+    "texts, chat\n  templates); the bench prompts come from held-out sources.",
+    "- Data: the target's responses (greedy; temperature 1 for every 4th prompt; up to\n"
+    f"  {settings['max_new_tokens']} tokens) and its features at every position of prompt "
+    f"+\n  response: {data.get('sequences')} training sequences, {data.get('positions')} "
+    f"positions\n  ({data.get('response_tokens')} response tokens), generated in "
+    f"{data.get('generation_minutes')} min.",
+  )
+
+
+def overall_text(metrics: dict) -> str:
+  """The card's table of agreement on the whole held-out set beside the draft this one
+  continues, and on training responses (the validate stage's), where measured."""
+  sets = metrics.get("validation_overall")
+  if not sets:
+    return ""
+  steps = lambda values: " / ".join(f"{x:.3f}" for x in values)  # noqa: E731
+  rows = "\n".join(
+    f"| {name} | {steps(v['draft'])} | {steps(v['baseline']) if 'baseline' in v else ''} |"
+    for name, v in sets.items()
+  )
+  return (
+    "\nOn the whole held-out set, by drafting step, beside the draft this one continues "
+    f"(`{metrics['validation_baseline']}` when it was trained), and on as many sampled "
+    "training responses (the `validate` stage):\n\n| sequences | this draft | the draft it "
+    f"continues |\n|---|---|---|\n{rows}\n"
+  )
 
 
 def write_card(options: FeatureDraftOptions, metrics: dict) -> None:
