@@ -21,7 +21,7 @@ from specsample.bundled import (
   smollm2_draft_available,
   smollm2_target_path,
 )
-from specsample.checkpoints.feature_draft import load_feature_draft
+from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
 from specsample.core.contract import uses_target_features
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.weights import activations
@@ -79,7 +79,9 @@ def test_the_default_draft_is_the_feature_draft_where_shipped():
 
 def test_the_feature_draft_is_small_and_reads_the_targets_features(pair_and_prompts, feature_draft):
   target = pair_and_prompts[0]
-  assert feature_draft.feature_size == target.feature_size == 576
+  # EAGLE-3's fusion: the target's layers 2 and 15 beside its final state
+  assert feature_draft.config.feature_layers == (2, 15) and target.feature_size == 576
+  assert feature_draft.feature_size == feature_target(target, feature_draft).feature_size == 1728
   assert feature_draft.config.output_vocab_size == 8192 and feature_draft.config.num_layers == 1
   size = (SMOLLM2_DIR / "feature_draft" / "model.safetensors").stat().st_size
   assert size <= 40 * 2**20
@@ -90,7 +92,8 @@ def test_the_feature_draft_is_small_and_reads_the_targets_features(pair_and_prom
 def test_the_previous_feature_draft_stays_selectable(pair_and_prompts, feature_draft):
   target = pair_and_prompts[0]
   previous = load_draft("bundled:feature-v1", target, dtype="float32")
-  assert uses_target_features(previous) and previous.config == feature_draft.config
+  assert uses_target_features(previous) and not previous.config.feature_layers
+  assert previous.config.replace(feature_layers=(2, 15)) == feature_draft.config
   pairs = zip(jax.tree.leaves(previous.params), jax.tree.leaves(feature_draft.params))
   assert any(not np.array_equal(a, b) for a, b in pairs)  # other weights, not a copy
   with pytest.raises(ValueError, match="bundled:feature-v1"):  # the error names the drafts
@@ -129,7 +132,8 @@ def test_speculative_greedy_equals_the_targets_on_every_shipped_prompt(
     index = start // 10
     for name, gamma in (names[index % 2], names[3 - index % 2]):
       proposer = drafts[name, gamma]
-      spec = speculative_generate(target, proposer, array, gamma=gamma, **common)
+      scorer = feature_target(target, feature_draft) if "feature" in name else target
+      spec = speculative_generate(scorer, proposer, array, gamma=gamma, **common)
       assert spec.sequences() == plain, f"{name}, gamma {gamma}, prompts {start}..{start + 9}"
       assert 0 < spec.stats.alpha < 1
       checked[name, gamma] += len(batch)

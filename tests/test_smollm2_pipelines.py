@@ -429,6 +429,9 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   stored = store.summary()
   assert f"- Data: the on-policy response store `{store.root}`" in card
   assert f"generated in {round(stored['seconds'] / 60, 1)} min" in card
+  assert (
+    f"(on the responses `scripts/train/generate_on_policy.py` stored in `{store.root}`)" in card
+  )
   greedy_steps = " / ".join(f"{x:.3f}" for x in on_greedy["scores"]["draft"]["all"]["by_step"])
   assert f"| the target's greedy responses to the held-out prompts | {greedy_steps} |" in card
   assert "| sampled training responses | " in card and "generated in None" not in card

