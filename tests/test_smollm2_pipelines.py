@@ -277,6 +277,12 @@ def test_the_feature_draft_pipeline_on_a_tiny_target(target, tmp_path, monkeypat
   assert "--output-vocab 48 --train-steps 2 --tokens-per-batch 256`" in card
   assert "\n\nContinues the draft now in somewhere_v1/." in card  # the note, not a flag
   assert "--card-note" not in card
+  # validate with features kept in shards: the greedy responses and the training sample
+  # get theirs from the target (the shards hold none of them)
+  run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(options, stages="validate")))
+  on_greedy = sd.read_json(os.path.join(work, "validation_greedy.json"))
+  assert on_greedy["scores"]["draft"]["all"]["tokens"] > 0
+  assert sd.read_json(os.path.join(work, "validation_train.json"))["scores"]["all"]["tokens"] > 0
 
 
 @pytest.mark.slow

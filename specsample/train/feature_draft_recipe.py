@@ -58,7 +58,13 @@ from specsample.train.feature_draft_options import (
   load_sequences,
   shard_directory,
 )
-from specsample.train.held_out import fit_sample, greedy_held_out
+from specsample.train.held_out import (
+  fit_sample,
+  greedy_held_out,
+  response_limit,
+  scored_live,
+  scored_validation,
+)
 from specsample.train.optim import make_optimizer
 from specsample.train.pipeline import PipelineRun
 from specsample.train.pipeline_data import (
@@ -191,9 +197,6 @@ def load_checkpoint(path: str, draft: FeatureDraft, settings: df.FeatureDistillS
   return FeatureDraft(params={**trainable, **frozen}, config=draft.config), opt_state, step
 
 
-LIVE_VALIDATION = 200  # validation sequences scored at the end with live features
-
-
 def fused_draft(path: str, target, layers: tuple[int, ...], stage: str) -> FeatureDraft:
   """The feature draft at `path` reading the target's `layers` (one that read the final
   state alone is widened by `with_fusion`: it proposes as it did)."""
@@ -228,17 +231,6 @@ def train_settings(options: FeatureDraftOptions) -> df.FeatureDistillSettings:
     cls_weight=options.cls_weight, noise=options.noise, prompt_weight=options.prompt_weight,
     steps_ahead=options.steps_ahead, max_seconds=60 * options.train_minutes, seed=options.seed,
   )  # fmt: skip
-
-
-def scored_validation(options: FeatureDraftOptions, validation: list, feature_target) -> list:
-  """The held-out sequences scored (with live features: the first LIVE_VALIDATION of
-  `validation`, their features and the target's greedy token after every position read:
-  `agreement` scores sampled responses against it)."""
-  if options.features != "live":
-    return validation
-  from specsample.train.store_features import LiveFeatures
-
-  return LiveFeatures(feature_target)(validation[:LIVE_VALIDATION], target_next=True)
 
 
 def stage_train(
@@ -324,9 +316,9 @@ def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_targ
   baseline = fused_draft(baseline_path, target, feature_layers(options), "validate")
   train, validation = load_sequences(options, tokenizer)
   validation = scored_validation(options, validation, feature_target)
-  fit = scored_validation(options, fit_sample(train, len(validation)), feature_target)
+  fit = scored_live(fit_sample(train, len(validation)), feature_target)
   greedy = greedy_held_out(feature_target, validation, response_limit(options))
-  greedy = scored_validation(options, greedy, feature_target)
+  greedy = scored_live(greedy, feature_target)  # their features, whatever --features says
   log(f"validate: the draft at step {step} against {baseline_path} on {len(validation)} "
       "held-out sequences")  # fmt: skip
   scores = write_validation(options.work, lambda items: df.agreement(draft, items, steps=3),
@@ -352,16 +344,6 @@ def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_targ
              {"sequences": len(fit), "step": step, "scores": seen}, indent=1)  # fmt: skip
   log(f"validate: the draft on {len(fit)} sampled training responses {json.dumps(seen['all'])}")
   return {"draft": scores, "baseline": base, "greedy": on_greedy, "train": seen}
-
-
-def response_limit(options: FeatureDraftOptions) -> int:
-  """The longest response the training data's generation allowed: the store's (live
-  features), else the generate stage's option."""
-  if options.features == "live":
-    from specsample.train.response_store import ResponseStore
-
-    return ResponseStore(options.store).settings().max_new_tokens
-  return options.max_new_tokens
 
 
 # ---------------------------------------------------------------- 5. export; the stages

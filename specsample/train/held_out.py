@@ -21,7 +21,37 @@ import numpy as np
 from specsample.core import SamplingConfig
 from specsample.decoding import generate
 from specsample.train.distill_features import FeatureSequence
+from specsample.train.feature_draft_options import FeatureDraftOptions
 from specsample.train.target_responses import right_pad
+
+LIVE_VALIDATION = 200  # validation sequences scored at the end with live features
+
+
+def scored_live(sequences: Sequence[FeatureSequence], feature_target) -> list[FeatureSequence]:
+  """The first LIVE_VALIDATION of `sequences` with their features and the target's greedy
+  token after every position, read in one teacher-forced pass (`LiveFeatures`): what
+  `distill_features.agreement` scores a sampled response against."""
+  from specsample.train.store_features import LiveFeatures
+
+  return LiveFeatures(feature_target)(list(sequences)[:LIVE_VALIDATION], target_next=True)
+
+
+def scored_validation(options: FeatureDraftOptions, validation: list, feature_target) -> list:
+  """The held-out sequences as the options read them: live features (`scored_live`), or
+  the shards' features as they are."""
+  if options.features != "live":
+    return validation
+  return scored_live(validation, feature_target)
+
+
+def response_limit(options: FeatureDraftOptions) -> int:
+  """The longest response the training data's generation allowed: the store's (live
+  features), else the generate stage's option."""
+  if options.features == "live":
+    from specsample.train.response_store import ResponseStore
+
+    return ResponseStore(options.store).settings().max_new_tokens
+  return options.max_new_tokens
 
 
 def fit_sample(train: Sequence[FeatureSequence], count: int) -> list[FeatureSequence]:
