@@ -1,7 +1,8 @@
 """Accepted tokens per target call of feature drafts side by side, by task.
 
 Tokens per call need no timing: each draft decodes the same prompts (the bundled SmolLM2
-bench prompts, and with --spec-bench the first turns of Spec-Bench's question set) at
+bench prompts; with --held-out N that many chat prompts of the held-out split, the set
+defaults are chosen on; with --spec-bench the first turns of Spec-Bench's question set) at
 batch --batch, alone and behind prompt lookup, and the kept tokens and target calls of
 each row are counted (greedy rows decode as at batch 1; --temperature 1 samples, each
 batch with a fixed seed). Prints one table per prompt set.
@@ -33,6 +34,15 @@ from specsample.models.lookup_draft import LookupThenModel
 def bundled_prompts(tokenizer) -> dict[str, list[list[int]]]:
   tasks = collections.defaultdict(list)
   for p in chat_prompts.read_jsonl(str(SMOLLM2_DIR / "prompts.jsonl")):
+    tasks[p.task].append(tokenizer.apply_chat_template([{"role": "user", "content": p.prompt}]))
+  return dict(tasks)
+
+
+def held_out_prompts(count: int, tokenizer) -> dict[str, list[list[int]]]:
+  """`count` chat prompts of the held-out split (`build_prompts("held_out", count,
+  seed=11)`, what defaults are chosen on), by task."""
+  tasks = collections.defaultdict(list)
+  for p in chat_prompts.build_prompts("held_out", count, seed=11):
     tasks[p.task].append(tokenizer.apply_chat_template([{"role": "user", "content": p.prompt}]))
   return dict(tasks)
 
@@ -79,6 +89,7 @@ def main() -> int:
   parser.add_argument("--max-new-tokens", type=int, default=96)
   parser.add_argument("--batch", type=int, default=8)
   parser.add_argument("--temperature", type=float, default=0.0)
+  parser.add_argument("--held-out", type=int, default=0, help="held-out chat prompts (tuning)")
   parser.add_argument("--activations", choices=("int8", "float32"), default="int8")
   parser.add_argument("--out", default=None)
   args = parser.parse_args()
@@ -90,6 +101,8 @@ def main() -> int:
   target = load_model(path, gguf_blocks=int8, activations=args.activations)
   tokenizer = load_tokenizer(path)
   sets = {"bundled": bundled_prompts(tokenizer)}
+  if args.held_out:
+    sets["held_out"] = held_out_prompts(args.held_out, tokenizer)
   if args.spec_bench:
     sets["spec_bench"] = spec_bench_prompts(
       args.spec_bench, args.per_task, args.max_prompt_tokens, tokenizer
