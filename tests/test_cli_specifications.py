@@ -419,3 +419,17 @@ def _message(function, tmp_path, line: str) -> str:
   with pytest.raises(ValueError) as caught:
     function(str(records), 8)
   return str(caught.value)
+
+
+def test_generate_drops_the_default_prompt_lookup_when_sampling_only():
+  # A lookup proposal is accepted with the target's probability of its one token: when
+  # sampling, the bundled draft runs alone unless --prompt-lookup asks for the lookup.
+  from specsample.cli.generate import lookup_for_sampling
+  from specsample.pairs import PairSpec
+
+  default = PairSpec()  # prompt_lookup None: on for the bundled draft
+  assert lookup_for_sampling(default, 0.0) == default
+  assert lookup_for_sampling(default, 1.0).prompt_lookup is False
+  asked = PairSpec(prompt_lookup=True)
+  assert lookup_for_sampling(asked, 0.7) == asked
+  assert lookup_for_sampling(PairSpec(prompt_lookup=False), 0.0).prompt_lookup is False

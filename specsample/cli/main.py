@@ -61,7 +61,8 @@ def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> No
   lookup.add_argument(
     "--prompt-lookup", dest="prompt_lookup", action="store_true", default=None,
     help="put prompt lookup in front of the draft model: where the last 2-3 tokens occurred "
-    "earlier, propose what followed them (default: on for the bundled SmolLM2 draft)",
+    "earlier, propose what followed them (default: on for the bundled SmolLM2 draft; in "
+    "`generate`, only when decoding greedily)",
   )  # fmt: skip
   lookup.add_argument(
     "--no-prompt-lookup", dest="prompt_lookup", action="store_false",
