@@ -59,6 +59,7 @@ from specsample.train.feature_draft_options import (
   shard_directory,
 )
 from specsample.train.held_out import (
+  LIVE_VALIDATION,
   fit_sample,
   greedy_held_out,
   response_limit,
@@ -316,8 +317,9 @@ def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_targ
   baseline = fused_draft(baseline_path, target, feature_layers(options), "validate")
   train, validation = load_sequences(options, tokenizer)
   validation = scored_validation(options, validation, feature_target)
-  fit = scored_live(fit_sample(train, len(validation)), feature_target)
-  greedy = greedy_held_out(feature_target, validation, response_limit(options))
+  held = validation[:LIVE_VALIDATION]  # the prompts of as many as `scored_live` scores
+  fit = scored_live(fit_sample(train, len(held)), feature_target)
+  greedy = greedy_held_out(feature_target, held, response_limit(options))
   greedy = scored_live(greedy, feature_target)  # their features, whatever --features says
   log(f"validate: the draft at step {step} against {baseline_path} on {len(validation)} "
       "held-out sequences")  # fmt: skip
