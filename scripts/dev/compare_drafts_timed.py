@@ -15,28 +15,20 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import statistics
 import sys
-import time
 
 import jax
 import numpy as np
 from measuring import MAIN_JOB  # scripts/dev, beside this script
 
 from specsample import SamplingConfig, generate, speculative_generate
+from specsample.bench import time_calls
 from specsample.bench.pair import pad_to_width
 from specsample.data.chat_prompts import read_jsonl
 from specsample.pairs import load_pair
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GREEDY = SamplingConfig(temperature=0.0)
-
-
-def timed(run) -> tuple[float, object]:
-  start = time.perf_counter()
-  out = run()
-  jax.block_until_ready(out.tokens)
-  return time.perf_counter() - start, out
 
 
 def main() -> int:
@@ -67,26 +59,24 @@ def main() -> int:
     )  # fmt: skip
 
   names = ["plain", *args.drafts]
-  seconds = {name: [[] for _ in rows] for name in names}
+  total = dict.fromkeys(names, 0.0)
   tokens = dict.fromkeys(names, 0)
   calls = dict.fromkeys(args.drafts, 0)
   for i, (array, lengths) in enumerate(rows):
-    runs = {"plain": lambda a=array, n=lengths: plain(a, n)}
-    for name, pair in zip(args.drafts, pairs, strict=True):
-      runs[name] = lambda p=pair, a=array, n=lengths: speculative(p, a, n)
-    outputs = {name: timed(run)[1] for name, run in runs.items()}  # compiles (first prompt)
+    runs = [lambda a=array, n=lengths: plain(a, n)]
+    runs += [lambda p=pair, a=array, n=lengths: speculative(p, a, n) for pair in pairs]
+    # an untimed first call each (compiling for the first prompt), then alternated rounds
+    timings, results = time_calls(runs, repeats=args.rounds)
+    outputs = dict(zip(names, results, strict=True))
     expected = np.asarray(outputs["plain"].tokens)
     for name in args.drafts:
       if not np.array_equal(np.asarray(outputs[name].tokens), expected):
         print(f"prompt {i}: {name}'s output differs from plain decoding's", file=sys.stderr)
         return 1
       calls[name] += int(outputs[name].stats.target_calls)
-    for name in names:
+    for name, timing in zip(names, timings, strict=True):
+      total[name] += timing.median
       tokens[name] += int(outputs[name].lengths[0])
-    for _ in range(args.rounds):
-      for name, run in runs.items():
-        seconds[name][i].append(timed(run)[0])
-  total = {name: sum(statistics.median(t) for t in seconds[name]) for name in names}
   print(f"{len(rows)} prompts (the README's and {len(rows) - 1} bundled) padded to {width} "
         f"tokens, greedy, gamma {args.gamma}, up to {args.max_new_tokens} new tokens, "
         f"medians of {args.rounds} alternated rounds; {jax.devices()[0].device_kind}")  # fmt: skip

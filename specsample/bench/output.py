@@ -169,6 +169,7 @@ def phase_table(report: PairReport) -> list[str]:
     verify_model = costs.target_seconds.get(p.gamma + 1)
     verify_model = f" ({1e3 * verify_model:.2f})" if verify_model else ""
     predicted = p.predicted_without_prefill(costs.draft_seconds, costs.target_seconds)
+    efficiency = p.efficiency_without_prefill(costs.draft_seconds, costs.target_seconds)
     lines.append(
       f"| {p.temperature:g} | {p.gamma} | {1e3 * p.draft_per_iteration:.2f} "
       f"({1e3 * p.gamma * costs.draft_seconds:.2f}) | {1e3 * p.verify_per_iteration:.2f}"
@@ -177,7 +178,7 @@ def phase_table(report: PairReport) -> list[str]:
       f"{1e3 * p.autoregressive_bookkeeping_per_token:.2f} (0) | "
       f"{1e3 * p.prefill_seconds / phase_prompts:.2f} | {p.speedup:.2f}x | "
       f"{p.speedup_without_prefill:.2f}x | {p.tokens_per_iteration:.2f} | "
-      f"{predicted:.2f}x | {p.speedup_without_prefill / predicted:.2f} |"
+      f"{predicted:.2f}x | {efficiency:.2f} |"
     )
   return lines
 

@@ -103,6 +103,7 @@ def training_facts(
   previous = read_json(options.previous_log) if options.previous_log else {}
   vocab = read_json(os.path.join(options.work, "vocab.json"))
   generation = read_json(os.path.join(options.work, "generation.json")) or store_facts(options)
+  validation = read_json(os.path.join(options.work, "validation.json"))
   continued = {}  # the draft keeps tokens other than the vocabulary stage's
   if output_ids is not None and set(vocab.get("ids", [])) != set(output_ids.tolist()):
     continued = {"kept_token_coverage": kept_token_coverage(options, output_ids, tokenizer)}
@@ -116,8 +117,8 @@ def training_facts(
                               if run.get("command")],
                  "init_from": (train_log.get("settings") or {}).get("init_from"),
                  **({"note": options.card_note} if options.card_note else {})},
-    "validation_agreement": read_json(os.path.join(options.work, "validation.json")),
-    **validation_sets(options.work),
+    "validation_agreement": validation,
+    **validation_sets(options.work, validation),
   }  # fmt: skip
 
 
@@ -132,10 +133,11 @@ def store_facts(options: FeatureDraftOptions) -> dict:
           "generation_minutes": round(summary["seconds"] / 60, 1)}  # fmt: skip
 
 
-def validation_sets(work: str) -> dict:
-  """The validate stage's agreement of the whole held-out set beyond validation.json, where
-  it ran: {"validation_overall": {set: {"draft", "baseline"}: by_step}, "baseline": path}."""
-  sampled = read_json(os.path.join(work, "validation.json")).get("all")
+def validation_sets(work: str, validation: dict) -> dict:
+  """The validate stage's agreement of the whole held-out set beyond `validation` (the
+  work directory's validation.json), where it ran:
+  {"validation_overall": {set: {"draft", "baseline"}: by_step}, "baseline": path}."""
+  sampled = validation.get("all")
   baseline = read_json(os.path.join(work, "validation_baseline.json"))
   greedy = read_json(os.path.join(work, "validation_greedy.json"))
   train = read_json(os.path.join(work, "validation_train.json"))

@@ -323,25 +323,25 @@ def stage_validate(options: FeatureDraftOptions, target, tokenizer, feature_targ
   greedy = scored_live(greedy, feature_target)  # their features, whatever --features says
   log(f"validate: the draft at step {step} against {baseline_path} on {len(validation)} "
       "held-out sequences")  # fmt: skip
-  scores = write_validation(options.work, lambda items: df.agreement(draft, items, steps=3),
-                            validation, task=lambda s: s.task)  # fmt: skip
-  base = agreement_by_task(lambda items: df.agreement(baseline, items, steps=3), validation,
-                           lambda s: s.task)  # fmt: skip
+
+  def agreement_of(model):  # sequences -> agreement by drafting step
+    return lambda items: df.agreement(model, items, steps=3)
+
+  def by_task(model, sequences):
+    return agreement_by_task(agreement_of(model), sequences, lambda s: s.task)
+
+  scores = write_validation(options.work, agreement_of(draft), validation, task=lambda s: s.task)
+  base = by_task(baseline, validation)
   write_json(os.path.join(options.work, "validation_baseline.json"),
              {"draft": baseline_path, "scores": base}, indent=1)  # fmt: skip
   log(f"validate: {baseline_path} {json.dumps(base['all'])}")
-  on_greedy = {
-    name: agreement_by_task(lambda items, m=model: df.agreement(m, items, steps=3), greedy,
-                            lambda s: s.task)
-    for name, model in (("draft", draft), ("baseline", baseline))
-  }  # fmt: skip
+  on_greedy = {"draft": by_task(draft, greedy), "baseline": by_task(baseline, greedy)}
   write_json(os.path.join(options.work, "validation_greedy.json"),
              {"sequences": len(greedy), "step": step, "baseline": baseline_path,
               "scores": on_greedy}, indent=1)  # fmt: skip
   log(f"validate: on the target's greedy responses {json.dumps(on_greedy['draft']['all'])}, "
       f"{baseline_path} {json.dumps(on_greedy['baseline']['all'])}")  # fmt: skip
-  seen = agreement_by_task(lambda items: df.agreement(draft, items, steps=3), fit,
-                           lambda s: s.task)  # fmt: skip
+  seen = by_task(draft, fit)
   write_json(os.path.join(options.work, "validation_train.json"),
              {"sequences": len(fit), "step": step, "scores": seen}, indent=1)  # fmt: skip
   log(f"validate: the draft on {len(fit)} sampled training responses {json.dumps(seen['all'])}")
