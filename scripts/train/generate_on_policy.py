@@ -7,6 +7,8 @@ settings other than the store's is refused. Stages: specsample.train.on_policy_s
 
   python scripts/train/generate_on_policy.py --minutes 60
   python scripts/train/generate_on_policy.py --store /tmp/tiny --prompts 64 --max-batches 2
+  python scripts/train/generate_on_policy.py --store training_data/smollm2/responses_turns \
+      --prompts-from training_data/smollm2/user_turns --minutes 60
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ def main(argv=None) -> int:
                       help="every n-th prompt is sampled at temperature 1 (0: none)")  # fmt: skip
   parser.add_argument("--shard-minutes", type=float, default=d.shard_minutes)
   parser.add_argument("--max-batches", type=int, default=None)
+  parser.add_argument("--prompts-from", default=d.prompts_from,
+                      help="a turn directory (write_user_turns.py): its turns are the prompts "
+                      "of a new store")  # fmt: skip
   options = OnPolicyOptions(**vars(parser.parse_args(argv)))
   try:
     run(options)

@@ -3,8 +3,10 @@ generate the target's on-policy responses into the committed store, a time budge
 time (scripts/train/generate_on_policy.py is the command line).
 
   prompts   train-split chat prompts in `chat_prompts.TRAINING_MIX` proportions (tasks
-            as varied as Spec-Bench's categories), without any prompt of the bench sets
-            we measure on, and only those that fit the widest width -> store/prompts.jsonl.gz
+            as varied as Spec-Bench's categories), or (`prompts_from`) the user turns the
+            target wrote itself (`specsample.train.user_turns`), without any prompt of the
+            bench sets we measure on, and only those that fit the widest width
+            -> store/prompts.jsonl.gz
   generate  the target's responses, batch after batch of the plan, until the budget is
             spent -> store/shards/*.npz (on_policy.generate_into)
 
@@ -20,6 +22,7 @@ from specsample.data import chat_prompts
 from specsample.train import on_policy
 from specsample.train.pipeline_data import (
   BUNDLE,
+  StageError,
   encode,
   load_target,
   log,
@@ -46,6 +49,7 @@ class OnPolicyOptions:
   sampled_every: int = 4  # every 4th prompt sampled at temperature 1, the others greedy
   shard_minutes: float = 10.0
   max_batches: int | None = None
+  prompts_from: str = ""  # a turn directory (user_turns) whose turns are the prompts
 
 
 def evaluation_prompts() -> set[str]:
@@ -64,6 +68,21 @@ def plan_prompts(count: int, seed: int, fits) -> list[chat_prompts.ChatPrompt]:
   return kept[:count]
 
 
+def turn_prompts(directory: str, count: int, fits) -> list[chat_prompts.ChatPrompt]:
+  """Up to `count` of the turns written in `directory` (in the order written) that
+  `fits(prompt)` and that no bench set holds."""
+  from specsample.train.user_turns import TurnDirectory, TurnsError
+
+  try:
+    turns = TurnDirectory(directory).turns()
+  except TurnsError as error:
+    raise StageError(f"prompts: {error}") from error
+  if not turns:
+    raise StageError(f"prompts: {directory} holds no turns (scripts/train/write_user_turns.py)")
+  excluded = evaluation_prompts()
+  return [t for t in turns if t.prompt not in excluded and fits(t)][:count]
+
+
 def settings_of(options: OnPolicyOptions, target_path: str) -> StoreSettings:
   return StoreSettings(
     target=os.path.basename(target_path), target_bytes=os.path.getsize(target_path),
@@ -80,8 +99,11 @@ def run(options: OnPolicyOptions) -> on_policy.GenerationReport:
   store.open(settings_of(options, target_file(options.target)))
   widest = max(options.widths)
   if not store.has_prompts():
-    prompts = plan_prompts(options.prompts, options.seed,
-                           lambda p: len(encode(tokenizer, p.prompt)) <= widest)  # fmt: skip
+    fits = lambda p: len(encode(tokenizer, p.prompt)) <= widest  # noqa: E731
+    if options.prompts_from:
+      prompts = turn_prompts(options.prompts_from, options.prompts, fits)
+    else:
+      prompts = plan_prompts(options.prompts, options.seed, fits)
     store.write_prompts(prompts)
     log(f"prompts: {len(prompts)} planned -> {store.prompts_path}")
   encoded = [encode(tokenizer, p.prompt) for p in store.prompts()]
