@@ -452,6 +452,51 @@ def test_the_feature_draft_trains_from_a_committed_response_store(target, tmp_pa
   assert all(s.features.shape == (len(s.tokens) - 1, TARGET.d_model) for s in kept)
 
 
+def test_the_feature_draft_reads_several_stores_each_with_its_own_held_out_prompts(
+  target, tmp_path
+):
+  from specsample.train import on_policy
+  from specsample.train.feature_draft_card import store_facts
+  from specsample.train.feature_draft_options import STORE_INDEX_STRIDE
+  from specsample.train.response_store import ResponseStore, StoreSettings
+
+  tokenizer = Tokenizer()
+  stores = []
+  for name, count, max_new in (("first", 24, 8), ("second", 45, 6)):
+    store = ResponseStore(str(tmp_path / name))
+    store.open(StoreSettings(target="tiny", target_bytes=1, activations="int8",
+                             max_new_tokens=max_new, batch_size=8, widths=(32, 64),
+                             sampled_every=4, seed=0))  # fmt: skip
+    prompts = write_prompts(str(tmp_path / f"prompts_{name}"), count)
+    store.write_prompts(prompts)
+    encoded = [tokenizer.apply_chat_template([{"role": "user", "content": p.prompt}])
+               for p in prompts]  # fmt: skip
+    on_policy.generate_into(target, store, encoded, minutes=10)
+    stores.append((store, encoded))
+  both = fd.FeatureDraftOptions(work=str(tmp_path / "work"),
+                                store=",".join(s.root for s, _ in stores))  # fmt: skip
+  train, validation = fd.load_sequences(both, tokenizer)
+  indices = sorted(s.index for s in train + validation)
+  assert indices == [*range(24), *(STORE_INDEX_STRIDE + i for i in range(45))]
+  # each store's every 20th prompt, the two stores interleaved in proportion (2 and 3)
+  held = [0, 20, *(STORE_INDEX_STRIDE + i for i in (0, 20, 40))]
+  assert sorted(s.index for s in validation) == held
+  assert [s.index // STORE_INDEX_STRIDE for s in validation] == [0, 1, 1, 0, 1]
+  for s in train + validation:  # each store's own prompts
+    store, encoded = stores[s.index // STORE_INDEX_STRIDE]
+    assert s.tokens.tolist()[: s.prompt_length] == encoded[s.index % STORE_INDEX_STRIDE]
+  alone, _ = fd.load_sequences(dataclasses.replace(both, store=stores[0][0].root), tokenizer)
+  assert [s.index for s in alone] == [s.index for s in train if s.index < STORE_INDEX_STRIDE]
+  assert held_out.response_limit(both) == 8
+  facts = store_facts(both)
+  assert facts["store_responses"] == 24 + 45 and facts["store"] == both.store
+  with pytest.raises(sd.StageError, match="names a store twice"):
+    fd.load_sequences(dataclasses.replace(both, store=f"{both.store},{stores[0][0].root}"))
+  with pytest.raises(sd.StageError, match="feature shards are of one store"):
+    run_pipeline(fd.FeatureDraftRecipe(dataclasses.replace(
+      both, stages="features", features="shards", shards=str(tmp_path / "features"))))  # fmt: skip
+
+
 def test_the_pipeline_refuses_unknown_stages_and_an_export_without_training(tmp_path):
   from specsample.train.pipeline import PipelineRun, chosen_stages
 

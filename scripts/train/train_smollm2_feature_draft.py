@@ -49,7 +49,8 @@ def main(argv=None) -> int:
   parser = recipe_parser(__doc__.split("\n")[0], d, BUNDLE)
   parser.add_argument("--stages", default=d.stages, help=f"comma-separated, of {','.join(STAGES)}")
   parser.add_argument("--store", default=d.store,
-                      help="the committed response store (vocab, train, features)")  # fmt: skip
+                      help="the committed response stores, comma-separated (vocab, train; "
+                      "features reads one)")  # fmt: skip
   parser.add_argument("--features", choices=FEATURE_SOURCES, default=d.features,
                       help="live: the target's features computed for each batch from --store; "
                       "shards: read from --shards (the features or generate stage)")  # fmt: skip

@@ -13,7 +13,11 @@ import numpy as np
 from specsample.core.sampling import SamplingConfig
 from specsample.data import chat_prompts
 from specsample.files import write_json, write_text
-from specsample.train.feature_draft_options import FeatureDraftOptions, load_sequences
+from specsample.train.feature_draft_options import (
+  FeatureDraftOptions,
+  load_sequences,
+  store_paths,
+)
 from specsample.train.pipeline_data import (
   StageError,
   best_point,
@@ -128,9 +132,10 @@ def store_facts(options: FeatureDraftOptions) -> dict:
     return {}
   from specsample.train.response_store import ResponseStore
 
-  summary = ResponseStore(options.store).summary()
-  return {"store": options.store, "store_responses": summary["responses"],
-          "generation_minutes": round(summary["seconds"] / 60, 1)}  # fmt: skip
+  summaries = [ResponseStore(path).summary() for path in store_paths(options)]
+  return {"store": options.store,
+          "store_responses": sum(s["responses"] for s in summaries),
+          "generation_minutes": round(sum(s["seconds"] for s in summaries) / 60, 1)}  # fmt: skip
 
 
 def validation_sets(work: str, validation: dict) -> dict:

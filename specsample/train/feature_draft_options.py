@@ -6,16 +6,27 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
+from typing import TypeVar
 
 from specsample.train import distill_features as df
 from specsample.train.on_policy_stages import DEFAULT_STORE
-from specsample.train.pipeline_data import BUNDLE, StageError, split_validation
+from specsample.train.pipeline_data import (
+  BUNDLE,
+  VALIDATION_EVERY,
+  StageError,
+  split_validation,
+)
+
+T = TypeVar("T")
 
 STAGES = ("prompts", "generate", "features", "vocab", "train", "validate", "export", "card")
 # The default run trains on the committed store of on-policy responses (prompts and
 # generate make a work directory's own responses instead).
 DEFAULT_STAGES = ("vocab", "train", "export", "card")
 FEATURE_SOURCES = ("live", "shards")
+STORE_INDEX_STRIDE = 1_000_000  # the k-th store's prompt indices start at k * this
+assert STORE_INDEX_STRIDE % VALIDATION_EVERY == 0  # offsets keep each store's split
 BENCH_REPORTS = (
   "docs/bench/smollm2_feature/report.json",
   "docs/bench/smollm2_feature_alone/report.json",
@@ -36,8 +47,8 @@ class FeatureDraftOptions:
   checkpoint_dtype: str = "float32"
   bundle: str = BUNDLE  # where the draft and its card go
   stages: str = ",".join(DEFAULT_STAGES)  # comma-separated, of STAGES
-  # the committed response store the vocab, train and features stages read
-  # (on_policy_stages)
+  # the committed response stores the vocab and train stages read, comma-separated
+  # (on_policy_stages; the features stage reads one)
   store: str = DEFAULT_STORE
   # where training's features come from: "live": the target's, computed for each batch
   # from the store's ids; "shards": the feature shards (features or generate stage)
@@ -103,21 +114,48 @@ def shard_directory(options: FeatureDraftOptions) -> str:
   return options.shards or os.path.join(options.work, "shards")
 
 
+def store_paths(options: FeatureDraftOptions) -> list[str]:
+  """The response stores of `options.store` ("a,b" -> ["a", "b"])."""
+  paths = [part.strip() for part in options.store.split(",") if part.strip()]
+  if not paths:
+    raise StageError("--store names no response store")
+  if len(set(paths)) != len(paths):
+    raise StageError(f"--store names a store twice: {options.store!r}")
+  return paths
+
+
+def interleaved(groups: Sequence[Sequence[T]]) -> list[T]:
+  """The items of every group, merged so that any prefix holds each group in proportion
+  to its size (the validation stages score the first few hundred)."""
+  keyed = [(i / len(g), k, i) for k, g in enumerate(groups) for i in range(len(g))]
+  return [groups[k][i] for _, k, i in sorted(keyed)]
+
+
 def load_sequences(options: FeatureDraftOptions, tokenizer=None) -> tuple[list, list]:
-  """(train, validation) FeatureSequences: of the store (features "live": their features
-  None until a batch draws them; `tokenizer` re-encodes the prompts) or of the shards."""
+  """(train, validation) FeatureSequences: of the stores (features "live": their features
+  None until a batch draws them; `tokenizer` re-encodes the prompts) or of the shards.
+  The k-th store's prompt indices are offset by k * STORE_INDEX_STRIDE (each store holds
+  out its own every VALIDATION_EVERY-th prompt); the validation sets of several stores
+  are interleaved (`interleaved`)."""
   if options.features not in FEATURE_SOURCES:
     raise StageError(f"features must be one of {FEATURE_SOURCES}, got {options.features!r}")
-  if options.features == "live":
-    from specsample.train.pipeline_data import encode
-    from specsample.train.response_store import ResponseStore
-    from specsample.train.store_features import store_sequences
+  if options.features != "live":
+    return split_validation(df.read_shards(shard_directory(options)), lambda s: s.index)
+  from specsample.train.pipeline_data import encode
+  from specsample.train.response_store import ResponseStore
+  from specsample.train.store_features import store_sequences
 
-    store = ResponseStore(options.store)
+  train, validation = [], []
+  for k, path in enumerate(store_paths(options)):
+    store = ResponseStore(path)
     if not store.shard_paths():
-      raise StageError(f"{options.store} holds no responses "
+      raise StageError(f"{path} holds no responses "
                        "(scripts/train/generate_on_policy.py makes them)")  # fmt: skip
     sequences = store_sequences(store, lambda text: encode(tokenizer, text))
-  else:
-    sequences = df.read_shards(shard_directory(options))
-  return split_validation(sequences, lambda s: s.index)
+    if sequences and max(s.index for s in sequences) >= STORE_INDEX_STRIDE:
+      raise StageError(f"{path} holds more than {STORE_INDEX_STRIDE} prompts")
+    offset = [dataclasses.replace(s, index=s.index + k * STORE_INDEX_STRIDE) for s in sequences]
+    store_train, store_validation = split_validation(offset, lambda s: s.index)
+    train += store_train
+    validation.append(store_validation)
+  return train, interleaved(validation)

@@ -57,6 +57,7 @@ from specsample.train.feature_draft_options import (
   feature_layers,
   load_sequences,
   shard_directory,
+  store_paths,
 )
 from specsample.train.held_out import (
   LIVE_VALIDATION,
@@ -140,9 +141,13 @@ def stage_features(options: FeatureDraftOptions, target, tokenizer) -> None:
   from specsample.train.response_store import ResponseStore
   from specsample.train.store_features import features_into
 
-  store = ResponseStore(options.store)
+  paths = store_paths(options)
+  if len(paths) > 1:
+    raise StageError("features: the feature shards are of one store; train on several with "
+                     "--features live")  # fmt: skip
+  store = ResponseStore(paths[0])
   if not store.shard_paths():
-    raise StageError(f"features: {options.store} holds no responses "
+    raise StageError(f"features: {paths[0]} holds no responses "
                      "(scripts/train/generate_on_policy.py makes them)")  # fmt: skip
   kept = store.settings()
   if kept.activations != options.target_activations:

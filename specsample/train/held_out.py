@@ -21,7 +21,7 @@ import numpy as np
 from specsample.core import SamplingConfig
 from specsample.decoding import generate
 from specsample.train.distill_features import FeatureSequence
-from specsample.train.feature_draft_options import FeatureDraftOptions
+from specsample.train.feature_draft_options import FeatureDraftOptions, store_paths
 from specsample.train.target_responses import right_pad
 
 LIVE_VALIDATION = 200  # validation sequences scored at the end with live features
@@ -50,7 +50,7 @@ def response_limit(options: FeatureDraftOptions) -> int:
   if options.features == "live":
     from specsample.train.response_store import ResponseStore
 
-    return ResponseStore(options.store).settings().max_new_tokens
+    return max(ResponseStore(p).settings().max_new_tokens for p in store_paths(options))
   return options.max_new_tokens
 
 
