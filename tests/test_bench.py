@@ -75,6 +75,32 @@ def report():
   return result
 
 
+def test_the_sampled_rows_use_the_sampling_draft(monkeypatch):
+  target, draft = toy_pair()
+  _, other = toy_pair()
+  other = type(other)(other.logits_table * 0.5, eos_id=6)
+  seen = []
+  for name in ("alpha_along_target_outputs", "_sweep_point", "phase_breakdown", "_batch_point"):
+    real = getattr(pair, name)
+
+    def spy(target, used, *args, _name=name, _real=real, **kwargs):
+      seen.append((_name, used))
+      return _real(target, used, *args, **kwargs)
+
+    monkeypatch.setattr(pair, name, spy)
+  settings = BenchSettings(gammas=(1,), shapes=("token",), batch_sizes=(1,), max_new_tokens=4,
+                           repeats=1, cost_repeats=1, phase_prompts=1)  # fmt: skip
+  bench_pair(target, draft, PROMPTS[:2], settings, sampling_draft=other)
+  used = [(name, "draft" if model is draft else "other" if model is other else "?")
+          for name, model in seen]  # fmt: skip
+  assert used == [
+    ("alpha_along_target_outputs", "draft"), ("_sweep_point", "draft"),  # temperature 0
+    ("alpha_along_target_outputs", "other"), ("_sweep_point", "other"),  # temperature 1
+    ("phase_breakdown", "draft"), ("_batch_point", "draft"),
+    ("phase_breakdown", "other"), ("_batch_point", "other"),
+  ]  # fmt: skip
+
+
 def test_sweep_points_follow_the_papers_formulas(report):
   assert len(report.sweep) == 2 * 2 * 3  # temperatures x rules x gammas
   costs = report.costs

@@ -433,3 +433,21 @@ def test_generate_drops_the_default_prompt_lookup_when_sampling_only():
   asked = PairSpec(prompt_lookup=True)
   assert lookup_for_sampling(asked, 0.7) == asked
   assert lookup_for_sampling(PairSpec(prompt_lookup=False), 0.0).prompt_lookup is False
+
+
+def test_bench_samples_with_the_draft_alone_where_generate_would():
+  # bench sweeps every temperature with one pair: at temperature > 0 it takes the draft
+  # model behind the default lookup, as generate samples; a lookup asked for stays.
+  from toy_pairs import toy_pair
+
+  from specsample.cli.bench import draft_when_sampling
+  from specsample.models.lookup_draft import LookupThenModel
+  from specsample.models.ngram import NGramDraft
+  from specsample.pairs import PairSpec
+
+  target, model = toy_pair()
+  behind = LookupThenModel(model, NGramDraft(vocab_size=target.vocab_size, max_ngram=3))
+  assert draft_when_sampling(PairSpec(), behind, (0.0, 1.0)) is model
+  assert draft_when_sampling(PairSpec(), behind, (0.0,)) is None  # greedy only
+  assert draft_when_sampling(PairSpec(prompt_lookup=True), behind, (1.0,)) is None
+  assert draft_when_sampling(PairSpec(), model, (1.0,)) is None  # no lookup to drop

@@ -270,12 +270,19 @@ def bench_pair(
   settings: BenchSettings = BenchSettings(),
   *,
   progress: Callable[[str], None] | None = None,
+  sampling_draft=None,
 ) -> PairReport:
   """Runs the whole benchmark of a pair on token-id prompts (a few to a few dozen).
 
   `progress(description)` is called before each measured unit of work (for a progress
-  bar: `bench_steps(settings)` units in all).
+  bar: `bench_steps(settings)` units in all). `sampling_draft`: the draft at temperatures
+  above 0 (default `draft`; `specsample bench` passes the bundled draft without its
+  prompt lookup, as `specsample generate` samples). The step costs (c, r) are `draft`'s.
   """
+
+  def draft_at(temperature: float):
+    return draft if sampling_draft is None or temperature == 0 else sampling_draft
+
   prompts = [list(map(int, p)) for p in prompts]
   if not prompts:
     raise ValueError("bench_pair needs at least one prompt")
@@ -328,14 +335,15 @@ def bench_pair(
     out_lengths = np.concatenate([np.asarray(o.lengths) for o in outputs])
     ar_tokens[temperature] = int(out_lengths.sum())
     alphas[temperature] = alpha_along_target_outputs(
-      target, draft, prompts, sequences, out_lengths, sampling
+      target, draft_at(temperature), prompts, sequences, out_lengths, sampling
     )
     for shape in settings.shapes:
       for gamma in settings.gammas:
         tick(f"gamma {gamma}, {shape}, temperature {temperature:g}")
         sweep.append(
           _sweep_point(
-            target, draft, gamma, shape, sampling, settings, costs, plain, timed_total,
+            target, draft_at(temperature), gamma, shape, sampling, settings, costs, plain,
+            timed_total,
           )
         )  # fmt: skip
         # One program per setting, never run again: release its memory mappings (a long
@@ -356,7 +364,7 @@ def bench_pair(
     roofs=roofs,
   )
   if roofs is not None:
-    report = _with_rooflines(report, target, draft)
+    report = _with_rooflines(report, target, draft_at)
   batch, phases = [], []
   for temperature in settings.temperatures:
     gamma = report.best(temperature).gamma
@@ -364,7 +372,7 @@ def bench_pair(
     phases.append(
       phase_breakdown(
         target,
-        draft,
+        draft_at(temperature),
         rows[: settings.phase_prompts],
         gamma=gamma,
         sampling=SamplingConfig(temperature=temperature),
@@ -375,7 +383,9 @@ def bench_pair(
     )
     for size in settings.batch_sizes:
       tick(f"batch {size}, gamma {gamma}, temperature {temperature:g}")
-      batch.append(_batch_point(target, draft, prompts, size, gamma, temperature, settings))
+      batch.append(
+        _batch_point(target, draft_at(temperature), prompts, size, gamma, temperature, settings)
+      )
       clear_compiled_programs()
       clear_step_programs()
   return dataclasses.replace(report, batch=batch, phases=phases)
@@ -427,9 +437,10 @@ def _sweep_point(
   )
 
 
-def _with_rooflines(report: PairReport, target, draft) -> PairReport:
+def _with_rooflines(report: PairReport, target, draft_at) -> PairReport:
   """The report with the target calls' floors (k rows) and, per temperature, the
-  autoregressive decoder and the fastest chain against their floors."""
+  autoregressive decoder and the fastest chain against their floors (`draft_at(t)`: the
+  draft at temperature t)."""
   roofs = report.roofs
   floors = call_floors(target, report.costs.target_seconds, roofs)
   rows = []
@@ -449,7 +460,7 @@ def _with_rooflines(report: PairReport, target, draft) -> PairReport:
           t,
           best.speculative_seconds / max(1, best.new_tokens),
           target,
-          draft,
+          draft_at(t),
           gamma=best.gamma,
           tokens_per_target_call=best.tokens_per_target_call,
           roofs=roofs,

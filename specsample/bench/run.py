@@ -48,8 +48,10 @@ def run_bench(
   *,
   title: str,
   show_progress: bool = True,
+  sampling_draft=None,
 ) -> tuple[PairReport, dict[str, str]]:
-  """Benchmarks the pair and writes report.json, report.md and the plots into out_dir."""
+  """Benchmarks the pair and writes report.json, report.md and the plots into out_dir
+  (`sampling_draft`: the draft at temperatures above 0, `bench.pair.bench_pair`)."""
   from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
   out_dir = pathlib.Path(out_dir)
@@ -72,7 +74,9 @@ def run_bench(
       started[0] = True
       bar.update(task, description=description)
 
-    report = bench_pair(target, draft, prompts, settings, progress=progress)
+    report = bench_pair(
+      target, draft, prompts, settings, progress=progress, sampling_draft=sampling_draft
+    )
     bar.advance(task)
   context = {"title": title, "machine": machine_description(), "wall_seconds": time.time() - start}
   files = {"json": str(out_dir / "report.json"), "markdown": str(out_dir / "report.md")}

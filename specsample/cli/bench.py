@@ -121,6 +121,19 @@ def check_bench_options(args) -> None:
   bench_settings(args)
 
 
+def draft_when_sampling(spec, draft, temperatures):
+  """The draft `bench` samples with where `specsample generate` would drop the prompt
+  lookup (`cli.generate.lookup_for_sampling`): the draft model behind it; None where the
+  draft is the same at every temperature."""
+  from specsample.cli.generate import lookup_for_sampling
+  from specsample.models.lookup_draft import LookupThenModel
+
+  sampled = [t for t in temperatures if t > 0]
+  if not sampled or lookup_for_sampling(spec, max(sampled)) is spec:
+    return None
+  return draft.model if isinstance(draft, LookupThenModel) else None
+
+
 def run_bench(args) -> int:
   from specsample.bench.run import run_bench as bench
   from specsample.cli.requests import prompt_format
@@ -149,7 +162,7 @@ def run_bench(args) -> int:
     prefix = pair.prefix if form.prefix is None else form.prefix
     prompts = [tokenizer.encode(prefix + text) for text in texts]
     title = args.title or pair.title
-    notes = []
+    notes, sampling_draft = [], None
   else:
     from specsample.bundled import SMOLLM2_DIR
     from specsample.cli.options import pair_spec
@@ -158,11 +171,15 @@ def run_bench(args) -> int:
     default_prompts = str(SMOLLM2_DIR / "prompts.jsonl") if args.target is None else None
     texts = bench_inputs(args.input_file or default_prompts, args.num_prompts, args.tasks)
     context = target_context(args.target, args.max_new_tokens)
-    pair = pair_spec(args, trees=chains, dynamic_tree=dynamic).load()
+    spec = pair_spec(args, trees=chains, dynamic_tree=dynamic)
+    pair = spec.load()
     target, draft, tokenizer, notes = pair.target, pair.draft, pair.tokenizer, pair.notes()
     decoder_only = isinstance(target, DecoderOnly)
     prompts = form.encode(texts, tokenizer, decoder_only=decoder_only, prefix=pair.prefix)
     title = args.title or pair.title
+    sampling_draft = draft_when_sampling(spec, draft, settings.temperatures)
+    if sampling_draft is not None and not args.title:
+      title += " (at temperature > 0: the draft alone)"
   check_prompt_lengths(prompts, settings.max_new_tokens, context)
   for note in notes:
     print(note, file=sys.stderr)
@@ -171,7 +188,9 @@ def run_bench(args) -> int:
 
     for tree in [2] * chains + [DynamicTree(nodes=2, branching=2)] * dynamic:
       SpeculativeSettings.of(gamma=2, max_new_tokens=1, tree=tree).check_pair(target, draft)
-  report, files = bench(target, draft, prompts, settings, args.out, title=title)
+  report, files = bench(
+    target, draft, prompts, settings, args.out, title=title, sampling_draft=sampling_draft
+  )
   print(pathlib.Path(files["markdown"]).read_text())
   print("written: " + ", ".join(files.values()), file=sys.stderr)
   return 0
