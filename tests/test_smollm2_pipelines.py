@@ -490,6 +490,13 @@ def test_the_feature_draft_reads_several_stores_each_with_its_own_held_out_promp
   assert held_out.response_limit(both) == 8
   facts = store_facts(both)
   assert facts["store_responses"] == 24 + 45 and facts["store"] == both.store
+  assert facts["turn_prompts"] == 0  # template prompts only
+  prompts_text, data_text = feature_card.data_texts({**facts, "turn_prompts": 7}, {})
+  assert "and 7 user turns the target wrote itself" in prompts_text
+  first, second = (store.root for store, _ in stores)
+  assert f"- Data: the on-policy response stores `{first}`, `{second}` (" in data_text
+  prompts_text, _ = feature_card.data_texts({**facts, "store": first}, {})
+  assert "user turns" not in prompts_text
   with pytest.raises(sd.StageError, match="names a store twice"):
     fd.load_sequences(dataclasses.replace(both, store=f"{both.store},{stores[0][0].root}"))
   with pytest.raises(sd.StageError, match="feature shards are of one store"):

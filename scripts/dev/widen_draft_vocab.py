@@ -39,7 +39,8 @@ def main(argv=None) -> int:
       for response in shard.responses:
         counts.update(response.tokens.tolist())
   tensors = load_file(os.path.join(args.draft, "model.safetensors"))
-  kept = set(tensors["output_ids"].tolist())
+  original = set(tensors["output_ids"].tolist())
+  kept = set(original)
   if args.size <= len(kept):
     sys.exit(f"--size {args.size}: the draft keeps {len(kept)} tokens already")
   for token, _ in counts.most_common():
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
       break
     kept.add(token)
   total = sum(counts.values())
-  before = sum(c for t, c in counts.items() if t in set(tensors["output_ids"].tolist()))
+  before = sum(c for t, c in counts.items() if t in original)
   after = sum(c for t, c in counts.items() if t in kept)
   print(f"stored response tokens covered: {before / total:.3f} -> {after / total:.3f}")
   os.makedirs(args.out, exist_ok=True)
