@@ -110,7 +110,8 @@ def test_bench_plots_and_reports_keep_the_old_set_on_a_full_disk(disk):
   from toy_pairs import toy_pair
 
   from specsample.bench import output
-  from specsample.bench.pair import BenchSettings, bench_pair
+  from specsample.bench.pair import bench_pair
+  from specsample.bench.pair_report import BenchSettings
 
   target, draft = toy_pair()
   settings = BenchSettings(gammas=(1,), batch_sizes=(1,), max_new_tokens=4, repeats=1,

@@ -10,7 +10,8 @@ from toy_pairs import toy_pair
 
 from specsample import SamplingConfig, generate
 from specsample.bench import output, pair, timing
-from specsample.bench.pair import BenchSettings, StepCosts, alpha_along_target_outputs, bench_pair
+from specsample.bench.pair import alpha_along_target_outputs, bench_pair
+from specsample.bench.pair_report import BenchSettings, StepCosts
 from specsample.bench.timing import time_call
 from specsample.core.speedup import expected_tokens_per_iteration
 

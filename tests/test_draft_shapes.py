@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from specsample.bench.pair import BenchSettings
+from specsample.bench.pair_report import BenchSettings
 from specsample.cli.options import draft_shape_name, tree_shape
 from specsample.decoding import AdaptiveDraft, DynamicTree, SpeculativeSettings
 from specsample.decoding.shapes import DraftShape

@@ -418,7 +418,8 @@ def test_a_run_resumed_from_its_checkpoint_equals_one_uninterrupted_run(target, 
 def test_bench_measures_a_feature_pair():
   """Analytic alpha along the target's outputs reads the target's features (a perfect
   feature draft: 1 exactly), and the whole bench runs: sweep, batches, phases."""
-  from specsample.bench.pair import BenchSettings, alpha_along_target_outputs, bench_pair
+  from specsample.bench.pair import alpha_along_target_outputs, bench_pair
+  from specsample.bench.pair_report import BenchSettings
 
   target = MarkovLM.random(0, 7, order=2, scale=2.0, eos_id=6)
   perfect = MarkovFeatureDraft(target.logits_table, eos_id=6)

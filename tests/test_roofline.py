@@ -10,7 +10,8 @@ import pytest
 from tiny_models import tiny_config
 
 from specsample.bench import output, roofline
-from specsample.bench.pair import BenchSettings, bench_pair
+from specsample.bench.pair import bench_pair
+from specsample.bench.pair_report import BenchSettings
 from specsample.kernels import blocks
 from specsample.models import MarkovLM
 from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig

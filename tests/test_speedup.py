@@ -141,7 +141,7 @@ def test_headline_speedup_of_a_sampled_run_equals_ratio_of_per_token_figures():
 
 def test_bench_and_eval_speedups_are_per_token():
   """The bench's sweep, batch and phase points and the eval report use the same rule."""
-  from specsample.bench.pair import BatchPoint, SweepPoint
+  from specsample.bench.pair_report import BatchPoint, SweepPoint
   from specsample.bench.phases import PhaseBreakdown
   from specsample.eval.report import aggregate
 

@@ -6,7 +6,7 @@ import dataclasses
 import pathlib
 
 from specsample import files
-from specsample.bench.pair import PairReport
+from specsample.bench.pair_report import PairReport
 from specsample.bench.timing import seconds_per_token
 from specsample.core import theoretical_speedup
 

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import jax
 
 from specsample.bench.output import markdown, plot, report_dict
-from specsample.bench.pair import BenchSettings, PairReport, bench_pair, bench_steps
+from specsample.bench.pair import bench_pair, bench_steps
+from specsample.bench.pair_report import BenchSettings, PairReport
 from specsample.files import FileSet
 
 

@@ -89,7 +89,7 @@ def pair_name(args) -> str:
 def bench_settings(args):
   """The sweep's settings, each (gamma, draft shape, temperature) checked as the decoder
   will take it: every bad value is refused before anything loads."""
-  from specsample.bench.pair import BenchSettings
+  from specsample.bench.pair_report import BenchSettings
   from specsample.core import SamplingConfig
   from specsample.decoding import SpeculativeSettings
   from specsample.decoding.shapes import DraftShape
