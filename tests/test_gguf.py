@@ -305,7 +305,7 @@ def test_stored_weight_format_of_smollm2_and_its_resolution():
   """SmolLM2's Q4_1 + Q8_0 file -> gguf; weights "auto" takes it, except with dtype
   bfloat16 or sharded models (float32); an explicit choice stays."""
   from specsample.checkpoints.loader import stored_weight_format
-  from specsample.pairs import resolve_weights
+  from specsample.pair_arithmetic import resolve_weights
 
   assert stored_weight_format(SMOLLM2) == "gguf"
 
