@@ -32,7 +32,7 @@ from tiny_gguf import (
 )
 
 from specsample.checkpoints import load_model
-from specsample.kernels import int8_blocks, native
+from specsample.kernels import blocks, int8_blocks, int8_layout, native
 from specsample.models.weights import activations, block_formats
 
 
@@ -44,11 +44,11 @@ def _rows(format: str) -> int:
 def test_packing_keeps_every_number_of_the_file(format):
   # Random bytes: every scale (subnormals, infinities, NaNs) and every stored value.
   rng = np.random.default_rng(0)
-  features = _rows(format) * int8_blocks.BLOCK_WEIGHTS[format]
-  raw = rng.integers(0, 256, (37, _rows(format) * int8_blocks.BLOCK_BYTES[format]), np.uint8)
-  packed = int8_blocks.pack(raw, format)
-  assert packed.shape == (3, _rows(format) * int8_blocks.PACKED_BYTES[format])  # 37 -> 3 groups
-  np.testing.assert_array_equal(int8_blocks.to_gguf_blocks(packed, format, 37), raw)
+  features = _rows(format) * blocks.BLOCK_WEIGHTS[format]
+  raw = rng.integers(0, 256, (37, _rows(format) * blocks.BLOCK_BYTES[format]), np.uint8)
+  packed = int8_layout.pack(raw, format)
+  assert packed.shape == (3, _rows(format) * int8_layout.PACKED_BYTES[format])  # 37 -> 3 groups
+  np.testing.assert_array_equal(int8_layout.to_gguf_blocks(packed, format, 37), raw)
   with np.errstate(invalid="ignore"):  # inf * 0 scales
     expected = gguf.quants.dequantize(raw, FORMATS[format]).reshape(37, features)
   matrix = int8_blocks.from_gguf_blocks(raw, format)
@@ -214,12 +214,12 @@ def test_integer_sums_at_their_limits(format, fill):
   # integer sums a block can have, which the kernels' narrow (16-bit) partial sums must
   # hold without saturating: equal to the NumPy reference bit for bit.
   per_row = 2 if format.endswith("_k") else 4
-  raw = np.full((20, per_row, int8_blocks.BLOCK_BYTES[format]), fill, np.uint8)
+  raw = np.full((20, per_row, blocks.BLOCK_BYTES[format]), fill, np.uint8)
   for offset in SCALE_OFFSETS[format]:
     raw[..., offset : offset + 2] = np.array([0.01], np.float16).view(np.uint8)
   raw = raw.reshape(20, -1)
   packed = int8_blocks.from_gguf_blocks(raw, format)
-  d = per_row * int8_blocks.BLOCK_WEIGHTS[format]
+  d = per_row * blocks.BLOCK_WEIGHTS[format]
   signs = np.where(np.arange(d) % 2 == 0, 1.0, -1.0)
   x = np.stack([np.ones(d), -np.ones(d), signs, -signs]).astype(np.float32)  # q = +-127
   y = jax.jit(int8_blocks.matmul)(x, packed)
@@ -280,7 +280,7 @@ def test_bad_matrices_are_refused():
   with pytest.raises(ValueError, match=r"packed q8_0 matrix of 17 rows: expected uint8 \[2, "):
     int8_blocks.Int8BlockMatrix(np.zeros((1, 544), np.uint8), "q8_0", 17)
   with pytest.raises(ValueError, match=r"expected uint8 \[out, blocks \* 20\]"):
-    int8_blocks.pack(np.zeros((2, 30), np.uint8), "q4_1")
+    int8_layout.pack(np.zeros((2, 30), np.uint8), "q4_1")
   matrix = int8_blocks.from_gguf_blocks(np.zeros((2, 34), np.uint8), "q8_0")
   with pytest.raises(ValueError, match=r"against a \[2, 32\] matrix"):
     int8_blocks.matmul(jnp.ones((1, 64)), matrix)

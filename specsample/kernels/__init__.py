@@ -15,6 +15,8 @@
   dot products (AVX-512 VNNI, AVX-VNNI, AVX2), as llama.cpp computes;
   `int8_blocks.greedy_matmul(x, matrix)`: the argmax, maximum and top probability of each
   row of that product from the same kernel call (a draft's greedy step).
+- `int8_layout`: that repacking (16 rows of W side by side), its inverse and the unpacking
+  the NumPy reference and row lookups read.
 - `matrices`: `WeightMatrix`, what a layer asks of a weight matrix (`matmul`, `take_rows`,
   `nbytes`), which the plain arrays (wrapped by layout), `BlockMatrix` and
   `Int8BlockMatrix` all give: `weight_matrix(kernel).matmul(x)`.

@@ -1,6 +1,6 @@
 // y = x @ W.T with 8-bit activations and integer dot products, for W in GGUF's block
-// formats repacked by rows (specsample/kernels/int8_blocks.py says the layout and the
-// arithmetic; its NumPy reference computes the same numbers bit for bit).
+// formats repacked by rows (specsample/kernels/int8_layout.py says the layout,
+// int8_blocks.py the arithmetic; its NumPy reference computes the same numbers bit for bit).
 //
 // Each row of x is quantized on its own, in blocks of 32 numbers: d = max |x| / 127,
 // q = round-to-nearest-even(x / d) (as x * (1 / d)), int8; with the sums of each 16 q's.
