@@ -22,6 +22,7 @@ from specsample.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from specsample.train import distill_decoder as dd
 from specsample.train import distill_features as df
 from specsample.train import feature_draft_card as feature_card
+from specsample.train import feature_draft_card_text as feature_card_text
 from specsample.train import feature_draft_recipe as fd
 from specsample.train import held_out
 from specsample.train import pipeline_data as sd
@@ -187,7 +188,7 @@ def test_the_shipped_feature_cards_are_their_metrics_written_out(name):
   with open(os.path.join(directory, "metrics.json")) as f:
     metrics = json.load(f)
   with open(os.path.join(directory, "MODEL_CARD.md")) as f:
-    assert feature_card.card_text(metrics) == f.read()
+    assert feature_card_text.card_text(metrics) == f.read()
 
 
 # ---------------------------------------------------------------- the pipelines
@@ -491,11 +492,11 @@ def test_the_feature_draft_reads_several_stores_each_with_its_own_held_out_promp
   facts = store_facts(both)
   assert facts["store_responses"] == 24 + 45 and facts["store"] == both.store
   assert facts["turn_prompts"] == 0  # template prompts only
-  prompts_text, data_text = feature_card.data_texts({**facts, "turn_prompts": 7}, {})
+  prompts_text, data_text = feature_card_text.data_texts({**facts, "turn_prompts": 7}, {})
   assert "and 7 user turns the target wrote itself" in prompts_text
   first, second = (store.root for store, _ in stores)
   assert f"- Data: the on-policy response stores `{first}`, `{second}` (" in data_text
-  prompts_text, _ = feature_card.data_texts({**facts, "store": first}, {})
+  prompts_text, _ = feature_card_text.data_texts({**facts, "store": first}, {})
   assert "user turns" not in prompts_text
   with pytest.raises(sd.StageError, match="names a store twice"):
     fd.load_sequences(dataclasses.replace(both, store=f"{both.store},{stores[0][0].root}"))
