@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from specsample import SamplingConfig, generate, speculative_generate
-from specsample.models import DecoderOnly, DecoderOnlyConfig
+from specsample.models import DecoderOnly, DecoderOnlyConfig, prefill
 from specsample.models.decoder_only import preset, rotary
 
 TINY = DecoderOnlyConfig(
@@ -72,6 +72,52 @@ def test_rotary_preserves_norms_and_relative_positions():
     jnp.sum(rotary(q, jnp.array([[a]]), 1e4) * rotary(k, jnp.array([[b]]), 1e4))
   )  # noqa: E731, E501
   assert dot(2, 5) == pytest.approx(dot(12, 15), abs=1e-4)  # depends on b - a only
+
+
+def _prefill(model, prompts, lengths, chunk, monkeypatch):
+  """init_state_with_features with PREFILL_CHUNK = chunk (read when the call is traced)."""
+  monkeypatch.setattr(prefill, "PREFILL_CHUNK", chunk)
+  run = jax.jit(lambda p, n: model.init_state_with_features(p, n, 6))
+  state, pending, features = run(jnp.asarray(prompts), jnp.asarray(lengths, jnp.int32))
+  monkeypatch.undo()
+  return state, pending, np.asarray(features)
+
+
+@pytest.mark.parametrize("lengths", [[150, 70, 5], [100, 3, 64]])
+def test_a_long_prefill_goes_in_passes_as_far_as_the_longest_row(lengths, monkeypatch):
+  """A prompt array of 2 * PREFILL_CHUNK positions or more is prefilled in passes of
+  PREFILL_CHUNK (the last one overlapping the one before where the width is no multiple),
+  only as many as the longest row needs: each written position holds what one pass over
+  the whole width writes there, and past the passes nothing is written."""
+  model = DecoderOnly.init_random(TINY, seed=2)
+  prompts = np.random.default_rng(0).integers(2, 50, (3, 150)).astype(np.int32)
+  chunk = prefill.PREFILL_CHUNK
+  in_passes = _prefill(model, prompts, lengths, chunk, monkeypatch)
+  one_pass = _prefill(model, prompts, lengths, 10_000, monkeypatch)
+  written = min(150, -(-max(lengths) // chunk) * chunk)  # 150, then 128: two passes
+  np.testing.assert_array_equal(in_passes[0].end_index, np.asarray(lengths) - 1)
+  np.testing.assert_array_equal(in_passes[1], one_pass[1])  # the pending tokens
+  for a, b in zip(jax.tree.leaves(in_passes[0].caches), jax.tree.leaves(one_pass[0].caches)):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    np.testing.assert_allclose(a[:, :written], b[:, :written], atol=1e-5)
+    assert not a[:, written:].any()  # [batch, capacity, kv_heads, head_dim]
+  np.testing.assert_allclose(in_passes[2][:, :written], one_pass[2][:, :written], atol=1e-5)
+  assert not in_passes[2][:, written:].any()  # [batch, width, feature_size]
+
+
+def test_decoding_after_a_prefill_in_passes_is_exact():
+  """Prompts padded to 140 positions (two passes of 64 and an overlapping third, or one
+  pass for the short ones): speculative greedy output equals plain greedy output."""
+  target = DecoderOnly.init_random(TINY, seed=0)
+  draft = DecoderOnly.init_random(TINY.replace(num_layers=1), seed=3)
+  rng = np.random.default_rng(4)
+  prompts = [rng.integers(2, 50, n).tolist() for n in (140, 9, 70)]
+  greedy = SamplingConfig(0.0)
+  plain = generate(target, prompts, max_new_tokens=12, sampling=greedy)
+  spec = speculative_generate(target, draft, prompts, gamma=3, max_new_tokens=12,
+                              sampling=greedy)  # fmt: skip
+  np.testing.assert_array_equal(spec.tokens, plain.tokens)
+  np.testing.assert_array_equal(spec.lengths, plain.lengths)
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 5])

@@ -22,7 +22,7 @@ from specsample.checkpoints.feature_draft import (
 )
 from specsample.checkpoints.formats.safetensors import read_safetensors, write_safetensors
 from specsample.core.sampling import argmax_tokens, nonfinite_logits, top_probability
-from specsample.models import DecoderOnly, MarkovLM
+from specsample.models import DecoderOnly, MarkovLM, prefill
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.toy import MarkovFeatureDraft
 from specsample.train import distill_features as df
@@ -75,6 +75,29 @@ def test_prefill_and_extends_equal_one_pass(draft):
     )
   np.testing.assert_allclose(state.last_feature, full_outputs[:, 11], rtol=1e-5, atol=1e-5)
   assert np.all(np.isneginf(np.delete(np.asarray(logits), np.asarray(kept), axis=-1)))
+
+
+def test_a_wide_prompt_array_is_prefilled_in_passes(target, draft, monkeypatch):
+  """Prompts padded to 150 positions: the draft's prefill in passes of PREFILL_CHUNK
+  writes what one pass writes, and a feature pair's greedy output on them equals the
+  target's (both models prefill in passes)."""
+  rng = np.random.default_rng(5)
+  tokens = jnp.asarray(rng.integers(2, 96, (2, 150)), jnp.int32)
+  features = jnp.asarray(rng.normal(size=(2, 150, 32)), jnp.float32)
+  lengths = jnp.asarray([150, 40], jnp.int32)
+  states = []
+  for chunk in (prefill.PREFILL_CHUNK, 10_000):  # passes; one pass
+    monkeypatch.setattr(prefill, "PREFILL_CHUNK", chunk)
+    run = jax.jit(lambda p, n, f: draft.init_state(p, n, 4, features=f))
+    states.append(run(tokens, lengths, features)[0])
+  monkeypatch.undo()
+  for a, b in zip(jax.tree.leaves(states[0].caches), jax.tree.leaves(states[1].caches)):
+    np.testing.assert_allclose(np.asarray(a)[:, :150], np.asarray(b)[:, :150], atol=1e-5)
+  prompts = [rng.integers(2, 96, n).tolist() for n in (140, 7)]
+  plain = generate(target, prompts, max_new_tokens=10, sampling=GREEDY)
+  spec = speculative_generate(target, draft, prompts, gamma=3, max_new_tokens=10,
+                              sampling=GREEDY)  # fmt: skip
+  assert spec.sequences() == plain.sequences()
 
 
 def test_a_drafting_step_pairs_the_token_with_the_drafts_own_last_output(draft):

@@ -357,3 +357,27 @@ def test_a_pass_over_many_rows_equals_its_tokens_one_at_a_time(tmp_path):
   for position in range(40):
     logits, state = step(state, tokens[:, position : position + 1])
     np.testing.assert_array_equal(np.asarray(logits)[0, 0], whole[0, position], str(position))
+
+
+@requires_kernel
+def test_a_prefill_in_passes_equals_one_pass_bit_for_bit(tmp_path, monkeypatch):
+  """Prompts padded to 150 positions go in passes of PREFILL_CHUNK rows (the last one
+  overlapping); with 8-bit activations each position's cache entries and features are
+  those one pass over the whole width writes, bit for bit."""
+  from specsample.models import prefill
+
+  path = tmp_path / "tiny.gguf"
+  write_tiny(path, Q.Q4_1, s=LARGE, seed=3)
+  model = load_model(path, gguf_blocks=True, activations="int8")
+  prompts = jnp.asarray(np.random.default_rng(2).integers(3, LARGE["vocab"], (2, 150)), jnp.int32)
+  lengths = jnp.asarray([150, 40], jnp.int32)
+  results = []
+  for chunk in (prefill.PREFILL_CHUNK, 10_000):  # passes of 64, 64 and 22 new; one pass
+    monkeypatch.setattr(prefill, "PREFILL_CHUNK", chunk)
+    run = jax.jit(lambda p, n: model.init_state_with_features(p, n, 4))
+    results.append(jax.tree.map(np.asarray, run(prompts, lengths)))
+  (state, pending, features), (one_state, one_pending, one_features) = results
+  np.testing.assert_array_equal(pending, one_pending)
+  np.testing.assert_array_equal(features, one_features)
+  for a, b in zip(jax.tree.leaves(state.caches), jax.tree.leaves(one_state.caches)):
+    np.testing.assert_array_equal(a[:, :150], b[:, :150])

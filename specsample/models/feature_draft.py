@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specsample.core.contract import GreedyTokens
+from specsample.models import prefill
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.decoder_only.network import Block, empty_caches
 from specsample.models.kv_cache import KVCache, causal_mask
@@ -217,7 +218,19 @@ class FeatureDraft:
         f"{(batch, length, self.feature_size)}, got {features.shape}"
       )
     state = self._empty(batch, length + num_new_positions)
-    _, state, _ = self._run(state, prompts, previous_features(features))
+    paired = previous_features(features)  # [batch, length, d]
+    if not prefill.goes_in_passes(length):
+      _, state, _ = self._run(state, prompts, paired)
+    else:  # as many passes as the longest row needs (`models.prefill`)
+
+      def run_pass(state, start):
+        chunk = prefill.PREFILL_CHUNK
+        tokens = jax.lax.dynamic_slice_in_dim(prompts, start, chunk, axis=1)
+        inputs = jax.lax.dynamic_slice_in_dim(paired, start, chunk, axis=1)
+        state = state.rewind(jnp.full((batch,), start, jnp.int32))
+        return self._run(state, tokens, inputs)[1], None
+
+      state, _ = prefill.in_passes(run_pass, state, length, prompt_lengths)
     pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
     return state.rewind(prompt_lengths - 1), pending.astype(jnp.int32)
 

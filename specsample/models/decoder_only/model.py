@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specsample.core.tree import TreeLayout
+from specsample.models import prefill
 from specsample.models.decoder_only.config import DecoderOnlyConfig
 from specsample.models.decoder_only.network import DecoderOnlyNetwork, empty_caches, init_params
 from specsample.models.kv_cache import KV_CACHE_AXES, KVCache, tree_mask
@@ -67,12 +68,24 @@ class DecoderOnly:
     return (logits, state, *features)
 
   def _prefill(self, prompts, prompt_lengths, num_new_positions, with_features=False):
-    """Every prompt token written (positions past a row's length are stale); the end index
-    at the last one, which is pending."""
+    """Every prompt token written, up to the longest row's length (positions past a row's
+    length are stale); the end index at the last one, which is pending. A wide prompt
+    array goes in passes, as many as the longest row needs (`models.prefill`)."""
     batch, length = prompts.shape
     caches = empty_caches(self.config, batch, length + num_new_positions)
     state = KVCache(caches=caches, end_index=jnp.zeros((batch,), jnp.int32))
-    _, state, *features = self._run(state, prompts, with_features=with_features)
+    if not prefill.goes_in_passes(length):
+      _, state, *features = self._run(state, prompts, with_features=with_features)
+    else:
+
+      def run_pass(state, start):  # positions start .. start + PREFILL_CHUNK - 1
+        tokens = jax.lax.dynamic_slice_in_dim(prompts, start, prefill.PREFILL_CHUNK, axis=1)
+        state = state.rewind(jnp.full((batch,), start, jnp.int32))
+        _, state, *features = self._run(state, tokens, with_features=with_features)
+        return state, (features[0] if with_features else None)
+
+      state, outputs = prefill.in_passes(run_pass, state, length, prompt_lengths)
+      features = [outputs] if with_features else []
     pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
     state = state.rewind(prompt_lengths - 1)
     return (state, pending.astype(jnp.int32), *features)
