@@ -33,6 +33,7 @@ from specsample.core.contract import uses_target_features, weights_per_call
 from specsample.draft_loader import load_draft
 from specsample.models.lookup_draft import LookupThenModel
 from specsample.models.ngram import NGramDraft
+from specsample.models.prefill import for_padded_prompts
 from specsample.models.weights import cache_numbers, with_q8_0_draft
 from specsample.pair_arithmetic import activations_note, resolve_activations, resolve_weights
 
@@ -68,6 +69,14 @@ class Pair:
     elif hasattr(draft, "params"):
       draft = shard_model(draft, mesh, model_parallel=shard_draft)
     return dataclasses.replace(self, target=shard_model(self.target, mesh), draft=draft)
+
+  def for_padded_prompts(self) -> Pair:
+    """The pair prefilling prompt arrays padded past their longest row in passes, only as
+    far as each holds tokens (`models.prefill`): for callers that pad many prompts to one
+    width so that one program serves them."""
+    return dataclasses.replace(
+      self, target=for_padded_prompts(self.target), draft=for_padded_prompts(self.draft)
+    )
 
   def notes(self) -> list[str]:
     """What was chosen automatically, in a line each (the command line's stderr)."""

@@ -74,27 +74,23 @@ def test_rotary_preserves_norms_and_relative_positions():
   assert dot(2, 5) == pytest.approx(dot(12, 15), abs=1e-4)  # depends on b - a only
 
 
-def _prefill(model, prompts, lengths, chunk, monkeypatch):
-  """init_state_with_features with PREFILL_CHUNK = chunk (read when the call is traced)."""
-  monkeypatch.setattr(prefill, "PREFILL_CHUNK", chunk)
+def _prefill(model, prompts, lengths):
   run = jax.jit(lambda p, n: model.init_state_with_features(p, n, 6))
   state, pending, features = run(jnp.asarray(prompts), jnp.asarray(lengths, jnp.int32))
-  monkeypatch.undo()
   return state, pending, np.asarray(features)
 
 
-@pytest.mark.parametrize("lengths", [[150, 70, 5], [100, 3, 64]])
-def test_a_long_prefill_goes_in_passes_as_far_as_the_longest_row(lengths, monkeypatch):
-  """A prompt array of 2 * PREFILL_CHUNK positions or more is prefilled in passes of
-  PREFILL_CHUNK (the last one overlapping the one before where the width is no multiple),
-  only as many as the longest row needs: each written position holds what one pass over
-  the whole width writes there, and past the passes nothing is written."""
+@pytest.mark.parametrize("lengths, written", [([120, 70, 5], 128), ([200, 3, 64], 200)])
+def test_a_padded_prefill_goes_in_passes_as_far_as_the_longest_row(lengths, written):
+  """A prompt array padded to 200 positions, `padded_prefill` on: where the passes of
+  PREFILL_CHUNK that the longest row needs cover at most PASSES_WORTH of the width (two
+  passes, 128 positions) they are taken, each written position holds what one pass over
+  the whole width writes there, and past the passes nothing is written; otherwise (200
+  positions held) one pass."""
   model = DecoderOnly.init_random(TINY, seed=2)
-  prompts = np.random.default_rng(0).integers(2, 50, (3, 150)).astype(np.int32)
-  chunk = prefill.PREFILL_CHUNK
-  in_passes = _prefill(model, prompts, lengths, chunk, monkeypatch)
-  one_pass = _prefill(model, prompts, lengths, 10_000, monkeypatch)
-  written = min(150, -(-max(lengths) // chunk) * chunk)  # 150, then 128: two passes
+  prompts = np.random.default_rng(0).integers(2, 50, (3, 200)).astype(np.int32)
+  in_passes = _prefill(prefill.for_padded_prompts(model), prompts, lengths)
+  one_pass = _prefill(model, prompts, lengths)
   np.testing.assert_array_equal(in_passes[0].end_index, np.asarray(lengths) - 1)
   np.testing.assert_array_equal(in_passes[1], one_pass[1])  # the pending tokens
   for a, b in zip(jax.tree.leaves(in_passes[0].caches), jax.tree.leaves(one_pass[0].caches)):
@@ -103,19 +99,20 @@ def test_a_long_prefill_goes_in_passes_as_far_as_the_longest_row(lengths, monkey
     assert not a[:, written:].any()  # [batch, capacity, kv_heads, head_dim]
   np.testing.assert_allclose(in_passes[2][:, :written], one_pass[2][:, :written], atol=1e-5)
   assert not in_passes[2][:, written:].any()  # [batch, width, feature_size]
+  assert np.asarray(one_pass[2])[:, 128:200].any()  # one pass writes the whole width
 
 
 def test_decoding_after_a_prefill_in_passes_is_exact():
-  """Prompts padded to 140 positions (two passes of 64 and an overlapping third, or one
-  pass for the short ones): speculative greedy output equals plain greedy output."""
-  target = DecoderOnly.init_random(TINY, seed=0)
-  draft = DecoderOnly.init_random(TINY.replace(num_layers=1), seed=3)
-  rng = np.random.default_rng(4)
-  prompts = [rng.integers(2, 50, n).tolist() for n in (140, 9, 70)]
+  """Prompts padded to 200 positions, the longest holding 120 (two passes of 64, both
+  models' `padded_prefill` on): speculative greedy output equals plain greedy output."""
+  target = prefill.for_padded_prompts(DecoderOnly.init_random(TINY, seed=0))
+  draft = prefill.for_padded_prompts(DecoderOnly.init_random(TINY.replace(num_layers=1), seed=3))
+  lengths = np.array([120, 9, 70], np.int32)
+  prompts = np.random.default_rng(4).integers(2, 50, (3, 200)).astype(np.int32)
   greedy = SamplingConfig(0.0)
-  plain = generate(target, prompts, max_new_tokens=12, sampling=greedy)
-  spec = speculative_generate(target, draft, prompts, gamma=3, max_new_tokens=12,
-                              sampling=greedy)  # fmt: skip
+  plain = generate(target, prompts, prompt_lengths=lengths, max_new_tokens=12, sampling=greedy)
+  spec = speculative_generate(target, draft, prompts, prompt_lengths=lengths, gamma=3,
+                              max_new_tokens=12, sampling=greedy)  # fmt: skip
   np.testing.assert_array_equal(spec.tokens, plain.tokens)
   np.testing.assert_array_equal(spec.lengths, plain.lengths)
 

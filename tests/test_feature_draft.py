@@ -77,27 +77,31 @@ def test_prefill_and_extends_equal_one_pass(draft):
   assert np.all(np.isneginf(np.delete(np.asarray(logits), np.asarray(kept), axis=-1)))
 
 
-def test_a_wide_prompt_array_is_prefilled_in_passes(target, draft, monkeypatch):
-  """Prompts padded to 150 positions: the draft's prefill in passes of PREFILL_CHUNK
-  writes what one pass writes, and a feature pair's greedy output on them equals the
-  target's (both models prefill in passes)."""
+def test_a_padded_prompt_array_is_prefilled_in_passes(target, draft):
+  """Prompts padded to 200 positions, the longest holding 120, `padded_prefill` on: the
+  draft's prefill in two passes of PREFILL_CHUNK writes what one pass writes, and a
+  feature pair's greedy output on them equals the target's (both prefill in passes), alone
+  and behind prompt lookup."""
   rng = np.random.default_rng(5)
-  tokens = jnp.asarray(rng.integers(2, 96, (2, 150)), jnp.int32)
-  features = jnp.asarray(rng.normal(size=(2, 150, 32)), jnp.float32)
-  lengths = jnp.asarray([150, 40], jnp.int32)
-  states = []
-  for chunk in (prefill.PREFILL_CHUNK, 10_000):  # passes; one pass
-    monkeypatch.setattr(prefill, "PREFILL_CHUNK", chunk)
-    run = jax.jit(lambda p, n, f: draft.init_state(p, n, 4, features=f))
-    states.append(run(tokens, lengths, features)[0])
-  monkeypatch.undo()
+  tokens = jnp.asarray(rng.integers(2, 96, (2, 200)), jnp.int32)
+  features = jnp.asarray(rng.normal(size=(2, 200, 32)), jnp.float32)
+  lengths = jnp.asarray([120, 40], jnp.int32)
+  padded = prefill.for_padded_prompts(draft)
+  states = [
+    jax.jit(lambda p, n, f, m=m: m.init_state(p, n, 4, features=f))(tokens, lengths, features)[0]
+    for m in (padded, draft)
+  ]
   for a, b in zip(jax.tree.leaves(states[0].caches), jax.tree.leaves(states[1].caches)):
-    np.testing.assert_allclose(np.asarray(a)[:, :150], np.asarray(b)[:, :150], atol=1e-5)
-  prompts = [rng.integers(2, 96, n).tolist() for n in (140, 7)]
-  plain = generate(target, prompts, max_new_tokens=10, sampling=GREEDY)
-  spec = speculative_generate(target, draft, prompts, gamma=3, max_new_tokens=10,
-                              sampling=GREEDY)  # fmt: skip
-  assert spec.sequences() == plain.sequences()
+    np.testing.assert_allclose(np.asarray(a)[:, :128], np.asarray(b)[:, :128], atol=1e-5)
+    assert not np.asarray(a)[:, 128:].any()  # never written
+  target = prefill.for_padded_prompts(target)
+  plain = generate(target, tokens, prompt_lengths=lengths, max_new_tokens=10, sampling=GREEDY)
+  behind_lookup = prefill.for_padded_prompts(LookupThenModel.for_target(draft, target))
+  assert behind_lookup.model.padded_prefill
+  for candidate in (padded, behind_lookup):
+    spec = speculative_generate(target, candidate, tokens, prompt_lengths=lengths, gamma=3,
+                                max_new_tokens=10, sampling=GREEDY)  # fmt: skip
+    assert spec.sequences() == plain.sequences()
 
 
 def test_a_drafting_step_pairs_the_token_with_the_drafts_own_last_output(draft):

@@ -360,24 +360,27 @@ def test_a_pass_over_many_rows_equals_its_tokens_one_at_a_time(tmp_path):
 
 
 @requires_kernel
-def test_a_prefill_in_passes_equals_one_pass_bit_for_bit(tmp_path, monkeypatch):
-  """Prompts padded to 150 positions go in passes of PREFILL_CHUNK rows (the last one
-  overlapping); with 8-bit activations each position's cache entries and features are
-  those one pass over the whole width writes, bit for bit."""
+@pytest.mark.parametrize("lengths, worth", [([120, 40], None), ([200, 40], 2.0)])
+def test_a_prefill_in_passes_equals_one_pass_bit_for_bit(tmp_path, monkeypatch, lengths, worth):
+  """Prompts padded to 200 positions go in passes of PREFILL_CHUNK rows (two; or, with the
+  passes always taken, four, the last overlapping the third); with 8-bit activations each
+  written position's cache entries and features are one pass's, bit for bit."""
   from specsample.models import prefill
 
+  if worth is not None:
+    monkeypatch.setattr(prefill, "PASSES_WORTH", worth)
   path = tmp_path / "tiny.gguf"
   write_tiny(path, Q.Q4_1, s=LARGE, seed=3)
   model = load_model(path, gguf_blocks=True, activations="int8")
-  prompts = jnp.asarray(np.random.default_rng(2).integers(3, LARGE["vocab"], (2, 150)), jnp.int32)
-  lengths = jnp.asarray([150, 40], jnp.int32)
+  prompts = jnp.asarray(np.random.default_rng(2).integers(3, LARGE["vocab"], (2, 200)), jnp.int32)
   results = []
-  for chunk in (prefill.PREFILL_CHUNK, 10_000):  # passes of 64, 64 and 22 new; one pass
-    monkeypatch.setattr(prefill, "PREFILL_CHUNK", chunk)
-    run = jax.jit(lambda p, n: model.init_state_with_features(p, n, 4))
-    results.append(jax.tree.map(np.asarray, run(prompts, lengths)))
+  for candidate in (prefill.for_padded_prompts(model), model):  # passes; one pass
+    run = jax.jit(lambda p, n, m=candidate: m.init_state_with_features(p, n, 4))
+    results.append(jax.tree.map(np.asarray, run(prompts, jnp.asarray(lengths, jnp.int32))))
   (state, pending, features), (one_state, one_pending, one_features) = results
+  written = 128 if worth is None else 200
   np.testing.assert_array_equal(pending, one_pending)
-  np.testing.assert_array_equal(features, one_features)
+  np.testing.assert_array_equal(features[:, :written], one_features[:, :written])
+  assert not features[:, written:].any()
   for a, b in zip(jax.tree.leaves(state.caches), jax.tree.leaves(one_state.caches)):
-    np.testing.assert_array_equal(a[:, :150], b[:, :150])
+    np.testing.assert_array_equal(a[:, :written], b[:, :written])

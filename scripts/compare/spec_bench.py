@@ -67,7 +67,7 @@ def main() -> int:
   parser.add_argument("--out", default=None, help="write the results as JSON here")
   args = parser.parse_args()
 
-  pair = load_pair(args.target, args.draft)
+  pair = load_pair(args.target, args.draft).for_padded_prompts()  # one width for all prompts
   for note in pair.notes():
     print(note, file=sys.stderr)
   gamma = args.gamma or pair.gamma

@@ -39,7 +39,7 @@ def main() -> int:
   parser.add_argument("--gamma", type=int, default=3)
   parser.add_argument("--max-new-tokens", type=int, default=128)
   args = parser.parse_args()
-  pairs = [load_pair(draft=d) for d in args.drafts]
+  pairs = [load_pair(draft=d).for_padded_prompts() for d in args.drafts]  # one width
   shipped = read_jsonl(str(ROOT / "specsample/bundled/smollm2/prompts.jsonl"))
   texts = [MAIN_JOB] + [p.prompt for p in shipped[: args.shipped]]
   tokenizer = pairs[0].tokenizer

@@ -4,7 +4,8 @@ speedup over a gamma sweep, and batch scaling.
 Every number is measured here, in one run: the autoregressive baseline and each
 speculative setting decode the same prompts, each call is compiled once untimed and then
 timed `repeats` times (medians). At batch 1 each prompt is decoded on its own (all
-padded to one width so that one program serves every prompt) and the seconds are summed.
+padded to one width so that one program serves every prompt, each prefilled only as far
+as it holds tokens: models.prefill) and the seconds are summed.
 A measured speedup is plain over speculative seconds per generated token
 (bench.timing.measured_speedup).
 """
@@ -46,6 +47,7 @@ from specsample.decoding import (
   speculative_decode,
 )
 from specsample.decoding.shapes import CHAIN_SHAPES, DraftShape
+from specsample.models.prefill import for_padded_prompts
 from specsample.models.weights import activations
 
 
@@ -158,6 +160,11 @@ def bench_pair(
   width = max(len(p) for p in prompts)
   padded, lengths = pad_to_width(prompts, width)
   rows = [(padded[i : i + 1], lengths[i : i + 1]) for i in range(len(prompts))]
+  # Each prompt goes alone, padded to the longest (one program serves them all): the models
+  # prefill it in passes as far as it holds tokens, not over the whole width.
+  target, draft = for_padded_prompts(target), for_padded_prompts(draft)
+  if sampling_draft is not None:
+    sampling_draft = for_padded_prompts(sampling_draft)
 
   tick("step costs")
   costs = measure_costs(target, draft, prompts[0], max(settings.gammas), settings.cost_repeats)

@@ -150,6 +150,9 @@ class FeatureDraft:
 
   params: Any
   config: DecoderOnlyConfig = struct.field(pytree_node=False)
+  # Static: prompt arrays padded past their longest row are prefilled in passes
+  # (`models.prefill.for_padded_prompts`).
+  padded_prefill: bool = struct.field(pytree_node=False, default=False)
 
   uses_target_features = True  # the speculative loop passes the target's features
 
@@ -219,18 +222,20 @@ class FeatureDraft:
       )
     state = self._empty(batch, length + num_new_positions)
     paired = previous_features(features)  # [batch, length, d]
-    if not prefill.goes_in_passes(length):
-      _, state, _ = self._run(state, prompts, paired)
-    else:  # as many passes as the longest row needs (`models.prefill`)
 
-      def run_pass(state, start):
-        chunk = prefill.PREFILL_CHUNK
-        tokens = jax.lax.dynamic_slice_in_dim(prompts, start, chunk, axis=1)
-        inputs = jax.lax.dynamic_slice_in_dim(paired, start, chunk, axis=1)
-        state = state.rewind(jnp.full((batch,), start, jnp.int32))
-        return self._run(state, tokens, inputs)[1], None
+    def one_pass(state):
+      return self._run(state, prompts, paired)[1], None
 
-      state, _ = prefill.in_passes(run_pass, state, length, prompt_lengths)
+    def run_pass(state, start):  # positions start .. start + PREFILL_CHUNK - 1 (`models.prefill`)
+      chunk = prefill.PREFILL_CHUNK
+      tokens = jax.lax.dynamic_slice_in_dim(prompts, start, chunk, axis=1)
+      inputs = jax.lax.dynamic_slice_in_dim(paired, start, chunk, axis=1)
+      state = state.rewind(jnp.full((batch,), start, jnp.int32))
+      return self._run(state, tokens, inputs)[1], None
+
+    state, _ = prefill.prefill(
+      one_pass, run_pass, state, length, prompt_lengths, self.padded_prefill
+    )
     pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
     return state.rewind(prompt_lengths - 1), pending.astype(jnp.int32)
 

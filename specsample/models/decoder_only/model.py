@@ -35,6 +35,9 @@ class DecoderOnly:
   config: DecoderOnlyConfig = struct.field(pytree_node=False)
   # Optional, static: `constrain(array, logical_axes)` (specsample.scaling.Partitioning).
   partitioning: Any = struct.field(pytree_node=False, default=None)
+  # Static: prompt arrays padded past their longest row are prefilled in passes
+  # (`models.prefill.for_padded_prompts`).
+  padded_prefill: bool = struct.field(pytree_node=False, default=False)
 
   @classmethod
   def init_random(cls, config: DecoderOnlyConfig, seed: int = 0) -> DecoderOnly:
@@ -69,23 +72,27 @@ class DecoderOnly:
 
   def _prefill(self, prompts, prompt_lengths, num_new_positions, with_features=False):
     """Every prompt token written, up to the longest row's length (positions past a row's
-    length are stale); the end index at the last one, which is pending. A wide prompt
-    array goes in passes, as many as the longest row needs (`models.prefill`)."""
+    length are stale); the end index at the last one, which is pending. With
+    `padded_prefill`, a prompt array padded past its longest row goes in passes, as
+    many as that row needs (`models.prefill`)."""
     batch, length = prompts.shape
     caches = empty_caches(self.config, batch, length + num_new_positions)
     state = KVCache(caches=caches, end_index=jnp.zeros((batch,), jnp.int32))
-    if not prefill.goes_in_passes(length):
+
+    def one_pass(state):
       _, state, *features = self._run(state, prompts, with_features=with_features)
-    else:
+      return state, (features[0] if with_features else None)
 
-      def run_pass(state, start):  # positions start .. start + PREFILL_CHUNK - 1
-        tokens = jax.lax.dynamic_slice_in_dim(prompts, start, prefill.PREFILL_CHUNK, axis=1)
-        state = state.rewind(jnp.full((batch,), start, jnp.int32))
-        _, state, *features = self._run(state, tokens, with_features=with_features)
-        return state, (features[0] if with_features else None)
+    def run_pass(state, start):  # positions start .. start + PREFILL_CHUNK - 1
+      tokens = jax.lax.dynamic_slice_in_dim(prompts, start, prefill.PREFILL_CHUNK, axis=1)
+      state = state.rewind(jnp.full((batch,), start, jnp.int32))
+      _, state, *features = self._run(state, tokens, with_features=with_features)
+      return state, (features[0] if with_features else None)
 
-      state, outputs = prefill.in_passes(run_pass, state, length, prompt_lengths)
-      features = [outputs] if with_features else []
+    state, outputs = prefill.prefill(
+      one_pass, run_pass, state, length, prompt_lengths, self.padded_prefill
+    )
+    features = [outputs] if with_features else []
     pending = jnp.take_along_axis(prompts, (prompt_lengths - 1)[:, None], axis=1)[:, 0]
     state = state.rewind(prompt_lengths - 1)
     return (state, pending.astype(jnp.int32), *features)
