@@ -9,7 +9,7 @@ longest: the target's prefill, plain decoding and the default pair's speculative
 prompt, which fills the width: its prefill both ways (one pass is taken either way). The
 speculative output must equal plain decoding's token for token.
 
-  python scripts/dev/measure_padded_prefill.py [--repeats 3] [--max-new-tokens 64]
+  python scripts/dev/measure_padded_prefill.py [--repeats 3] [--max-new-tokens 64] [--shipped 38]
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ def main() -> int:
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--gamma", type=int, default=3)
   parser.add_argument("--max-new-tokens", type=int, default=64)
+  parser.add_argument("--shipped", type=int, default=38, help="bundled prompts after the README's")
   args = parser.parse_args()
   one_pass = load_pair()
   ways = {"in passes": one_pass.for_padded_prompts(), "one pass": one_pass}
   shipped = read_jsonl(str(ROOT / "specsample/bundled/smollm2/prompts.jsonl"))
-  texts = [MAIN_JOB] + [p.prompt for p in shipped]
+  texts = [MAIN_JOB] + [p.prompt for p in shipped[: args.shipped]]
   tokenizer = one_pass.tokenizer
   chats = [tokenizer.apply_chat_template([{"role": "user", "content": t}]) for t in texts]
   width = max(map(len, chats))
@@ -66,6 +67,8 @@ def main() -> int:
 
   parts = {"prefill": None, "plain": plain, "speculative": speculative}
   seconds = {way: dict.fromkeys(parts, 0.0) for way in ways}
+  speedups = {way: [] for way in ways}  # each prompt's plain / speculative seconds
+  plain_seconds = {}
   compile_seconds = {way: dict.fromkeys(parts, 0.0) for way in ways}
   for index, row in enumerate(rows):
     for part, run in parts.items():
@@ -78,6 +81,10 @@ def main() -> int:
       timings, results = time_calls(calls, repeats=args.repeats)
       for way, timing in zip(ways, timings, strict=True):
         seconds[way][part] += timing.median
+        if part == "plain":
+          plain_seconds[way] = timing.median
+        if part == "speculative":
+          speedups[way].append(plain_seconds[way] / timing.median)
         if index == 0:
           compile_seconds[way][part] = timing.compile_seconds
       if part == "plain":
@@ -92,14 +99,16 @@ def main() -> int:
   longest = pad_to_width([max(chats, key=len)], width)
   full, _ = time_calls([lambda w=way: prefills[w](*longest) for way in ways], repeats=9)
   print(f"\nsummed over {len(rows)} prompts, medians of {args.repeats} timings each\n")
-  print("| prefill | target prefill | plain decoding | speculative | speedup | the longest "
-        "prompt's prefill | compiling prefill / plain / speculative |")  # fmt: skip
-  print("|---|---|---|---|---|---|---|")
+  print("| prefill | target prefill | plain decoding | speculative | speedup | median of the "
+        "prompts' speedups | the longest prompt's prefill | compiling prefill / plain / "
+        "speculative |")  # fmt: skip
+  print("|---|---|---|---|---|---|---|---|")
   for (way, values), timing in zip(seconds.items(), full, strict=True):
     compiled = " / ".join(f"{s:.1f}" for s in compile_seconds[way].values())
     print(f"| {way} | {values['prefill']:.2f} s | {values['plain']:.2f} s | "
           f"{values['speculative']:.2f} s | {values['plain'] / values['speculative']:.2f}x | "
-          f"{1e3 * timing.median:.0f} ms | {compiled} s |")  # fmt: skip
+          f"{statistics.median(speedups[way]):.2f}x | {1e3 * timing.median:.0f} ms | "
+          f"{compiled} s |")  # fmt: skip
   return 0
 
 
