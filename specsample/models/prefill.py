@@ -1,6 +1,6 @@
 """A prefill in passes for prompt arrays padded past their longest row.
 
-`specsample bench`, the eval and the comparison scripts pad every prompt to one width, so
+`specsample bench` and the comparison scripts pad every prompt to one width, so
 that one compiled program serves them all; a 40-token prompt padded to 280 positions then
 pays for 280 in one pass. A model whose `padded_prefill` is on (`for_padded_prompts`)
 prefills such an array in passes of PREFILL_CHUNK positions, only as many as the longest
