@@ -42,7 +42,18 @@ ALLOWED = {
   "bundled": {"files", "core", "kernels", "models", "checkpoints"},
   "eval": BELOW_TRAIN_AND_EVAL | {"scaling", "bench", "pairs"},
   "api": {"core", "decoding", "bench"},
-  "pairs": {"core", "kernels", "models", "checkpoints", "bundled", "scaling"},
+  "pairs": {
+    "core",
+    "kernels",
+    "models",
+    "checkpoints",
+    "bundled",
+    "scaling",
+    "draft_loader",
+    "pair_arithmetic",
+  },
+  "draft_loader": {"models", "checkpoints", "bundled"},  # a draft by name, for pairs
+  "pair_arithmetic": {"checkpoints", "kernels"},  # weights and activations, for pairs
 }
 TOP = {"cli", "__init__", "__main__", "entry"}  # may import anything
 
