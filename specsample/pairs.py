@@ -25,9 +25,7 @@ import jax
 
 from specsample import bundled
 from specsample.checkpoints import Vocabulary, load_model, load_t5, load_tokenizer
-from specsample.checkpoints.feature_draft import (
-  feature_target,
-)
+from specsample.checkpoints.feature_draft import feature_target
 from specsample.checkpoints.loader import stored_weight_format
 from specsample.core.contract import uses_target_features, weights_per_call
 from specsample.draft_loader import load_draft

@@ -230,7 +230,6 @@ class FeatureDraft:
       chunk = prefill.PREFILL_CHUNK
       tokens = jax.lax.dynamic_slice_in_dim(prompts, start, chunk, axis=1)
       inputs = jax.lax.dynamic_slice_in_dim(paired, start, chunk, axis=1)
-      state = state.rewind(jnp.full((batch,), start, jnp.int32))
       return self._run(state, tokens, inputs)[1], None
 
     state, _ = prefill.prefill(

@@ -86,7 +86,8 @@ def in_passes(
   """Runs `run_pass(state, start) -> (state, outputs [batch, chunk, ...] or None)` over
   positions start .. start + PREFILL_CHUNK - 1 of a prompt array `width` wide, for as
   many passes as the longest of prompt_lengths int32[batch] needs (a `lax.fori_loop`).
-  run_pass writes at `start` (it slices its inputs there and sets each row's end index).
+  Each pass gets the state with every row's end index at `start`; run_pass slices its
+  inputs there.
 
   Returns (state, outputs [batch, width, ...] with the passes' outputs at their
   positions and zeros past them, or None where run_pass gives none)."""
@@ -101,6 +102,7 @@ def in_passes(
   def body(index, carry):
     state, buffer = carry
     start = jnp.minimum(index * chunk, width - chunk)
+    state = state.rewind(jnp.full(prompt_lengths.shape, start, jnp.int32))
     state, outputs = run_pass(state, start)
     if buffer is not None:
       buffer = jax.lax.dynamic_update_slice_in_dim(buffer, outputs, start, axis=1)

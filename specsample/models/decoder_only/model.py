@@ -85,7 +85,6 @@ class DecoderOnly:
 
     def run_pass(state, start):  # positions start .. start + PREFILL_CHUNK - 1
       tokens = jax.lax.dynamic_slice_in_dim(prompts, start, prefill.PREFILL_CHUNK, axis=1)
-      state = state.rewind(jnp.full((batch,), start, jnp.int32))
       _, state, *features = self._run(state, tokens, with_features=with_features)
       return state, (features[0] if with_features else None)
 
